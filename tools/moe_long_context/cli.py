@@ -1,0 +1,206 @@
+"""Command-line face: ``moe-lc <command>``, one sub-command per registered tool plus catalog listings.
+
+Flags are generated from the tools' request models (``--dashed-names``, booleans as ``--x/--no-x``,
+lists comma-separated). ``--json`` prints the result exactly as the MCP tool returns it. Exit codes:
+0 the tool answered and found no error, 1 the configuration has error findings, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import __version__
+from .catalog import gpus, load_model, models
+from .errors import InputError, describe_validation_error
+from .registry import TOOLS, TOOLS_BY_COMMAND, Tool
+from .render import render_result, render_table
+from .rules import rule_table
+
+
+def _is_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    args = typing.get_args(annotation)
+    return (
+        isinstance(annotation, types.UnionType | typing._UnionGenericAlias)
+        and bool in args
+        and len(args) <= 2
+    )
+
+
+def _add_tool_arguments(parser: argparse.ArgumentParser, request: type[BaseModel]) -> None:
+    for name, field in request.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = field.description or ""
+        if field.is_required():
+            help_text += " (required)"
+        if _is_bool(field.annotation):
+            parser.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar="VALUE", help=help_text)
+    parser.add_argument(
+        "--json", action="store_true", help="Print the result as JSON (the MCP result object)."
+    )
+
+
+def _arguments(ns: argparse.Namespace, request: type[BaseModel]) -> dict[str, Any]:
+    """Namespace -> request arguments; a --model that looks like JSON is parsed as a config object."""
+    data = {k: v for k, v in vars(ns).items() if k in request.model_fields}
+    model = data.get("model")
+    if isinstance(model, str) and model.lstrip().startswith("{"):
+        try:
+            data["model"] = json.loads(model)
+        except json.JSONDecodeError as exc:
+            raise InputError("model", model[:40] + "...", f"valid JSON ({exc.msg})") from exc
+    return data
+
+
+def _run_tool(tool: Tool, ns: argparse.Namespace) -> int:
+    args = _arguments(ns, tool.request)
+    try:
+        request = tool.request.model_validate(args)
+    except ValidationError as exc:
+        raise InputError.plain(describe_validation_error(exc, tool.request.model_fields)) from None
+    result = tool.fn(request)
+    if ns.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2))
+    else:
+        print(render_result(tool.title, result))
+    return 1 if getattr(result, "valid", True) is False else 0
+
+
+def _models(ns: argparse.Namespace) -> int:
+    if ns.id:
+        spec = load_model(ns.id)
+        if ns.json:
+            print(json.dumps(spec.model_dump(mode="json"), indent=2))
+        else:
+            print(render_result(spec.name, spec))
+        return 0
+    from .params import model_params
+
+    rows = []
+    for spec in models():
+        p = model_params(spec)
+        rows.append(
+            {
+                "id": spec.id,
+                "layers": spec.num_layers,
+                "hidden": spec.hidden_size,
+                "attention": spec.attention,
+                "heads/kv": f"{spec.num_attention_heads}/{spec.num_query_groups}",
+                "experts/topk": f"{spec.num_experts}/{spec.moe_router_topk}",
+                "total": f"{p.total / 1e9:.1f}B",
+                "active": f"{p.active / 1e9:.1f}B",
+                "aliases": ", ".join(spec.aliases[:2]),
+            }
+        )
+    if ns.json:
+        print(json.dumps([s.model_dump(mode="json") for s in models()], indent=2))
+    else:
+        print(render_table(rows))
+    return 0
+
+
+def _gpus(ns: argparse.Namespace) -> int:
+    if ns.json:
+        print(json.dumps([g.model_dump(mode="json") for g in gpus()], indent=2))
+        return 0
+    rows = [
+        {
+            "id": g.id,
+            "name": g.name,
+            "HBM GiB": g.usable_hbm_gib,
+            "BF16 TF": g.bf16_tflops,
+            "FP8 TF": g.fp8_tflops,
+            "FP4 TF": g.fp4_tflops or "-",
+            "NVLink": g.nvlink_domain,
+            "per node": g.gpus_per_node,
+            "recipes": ",".join(g.quant_recipes),
+            "flex": ",".join(g.flex_backends),
+        }
+        for g in gpus()
+    ]
+    print(render_table(rows))
+    return 0
+
+
+def _rules(ns: argparse.Namespace) -> int:
+    table = rule_table().values()
+    if ns.json:
+        print(json.dumps([vars(r) | {"severity": r.severity.value} for r in table], indent=2))
+        return 0
+    rows = [
+        {"code": r.code, "family": r.family, "severity": r.severity.value, "rule": r.title} for r in table
+    ]
+    print(render_table(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="moe-lc",
+        description="Plan and check long-context MoE training on Megatron Bridge / Megatron Core "
+        "(Bridge 0.6, Megatron Core 0.19, Transformer Engine 2.14).",
+        epilog="Exit codes: 0 ok, 1 the configuration has error findings, 2 bad input.",
+    )
+    parser.add_argument("--version", action="version", version=f"moe-lc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for tool in TOOLS:
+        p = sub.add_parser(tool.command, help=tool.title, description=tool.description)
+        _add_tool_arguments(p, tool.request)
+    p = sub.add_parser("models", help="List catalog models, or show one (moe-lc models deepseek-v3).")
+    p.add_argument("id", nargs="?", help="A catalog id or alias, or a config.json path.")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("gpus", help="List catalog GPUs.")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("rules", help="List every rule the engine checks, with its source.")
+    p.add_argument("--json", action="store_true")
+    for extend in _EXTENSIONS:
+        extend(sub)
+    return parser
+
+
+# Faces that add sub-commands of their own (server, evals) register here.
+_EXTENSIONS: list = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if ns.command in TOOLS_BY_COMMAND:
+            return _run_tool(TOOLS_BY_COMMAND[ns.command], ns)
+        if ns.command == "models":
+            return _models(ns)
+        if ns.command == "gpus":
+            return _gpus(ns)
+        if ns.command == "rules":
+            return _rules(ns)
+        return ns.handler(ns)
+    except InputError as exc:
+        print(f"moe-lc {ns.command}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Input errors: what the caller sent cannot be used, and how to fix it.
+
+Faces turn an ``InputError`` into a readable refusal (CLI: exit 2, MCP: a tool error). Anything else
+escaping a tool is a bug and is reported as such, with its cause.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class InputError(ValueError):
+    """A field of the request has a value the engine cannot use."""
+
+    def __init__(self, field: str, value: object, allowed: str, hint: str | None = None):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.hint = hint
+        text = f"{field}={value!r} is not allowed: {allowed}"
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+    @classmethod
+    def plain(cls, message: str) -> InputError:
+        """An InputError whose message is already complete (several fields, already described)."""
+        err = cls.__new__(cls)
+        err.field, err.value, err.allowed, err.hint = "request", None, message, None
+        ValueError.__init__(err, message)
+        return err
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known id most similar to ``name``, if any is reasonably close."""
+    matches = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=1, cutoff=0.5)
+    if not matches:
+        return None
+    lowered = {k.lower(): k for k in known}
+    return lowered[matches[0]]
+
+
+def unknown_id(
+    field: str, value: str, known: Iterable[str], aliases: dict[str, str] | None = None
+) -> InputError:
+    """An InputError for an unknown catalog id, listing the known ids and the closest one (aliases too)."""
+    known = sorted(known)
+    names = {k: k for k in known} | (aliases or {})
+    match = closest(value, names)
+    guess = names[match] if match else None
+    return InputError(
+        field,
+        value,
+        "one of " + ", ".join(known),
+        f"did you mean {guess!r}?" if guess else None,
+    )
+
+
+def describe_validation_error(exc, fields: Iterable[str] = ()) -> str:
+    """One readable line for a pydantic ValidationError: each bad field, its value and what is allowed."""
+    known = list(fields)
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if not str(p).startswith(("function-", "literal["))]
+        # unions report every branch (str, dict, int, ...); the first path element is the field
+        name = loc[0] if loc else "request"
+        if len(loc) > 1 and loc[1].isdigit():
+            name = f"{loc[0]}[{loc[1]}]"
+        value = err.get("input")
+        if err.get("type") == "extra_forbidden":
+            guess = closest(name, known) if known else None
+            hint = f" (did you mean {guess!r}?)" if guess else ""
+            parts.append(f"{name} is not an argument of this tool{hint}")
+        elif err.get("type") == "missing":
+            parts.append(f"{name} is required")
+        else:
+            shown = (
+                repr(value)
+                if not isinstance(value, dict | list) or len(repr(value)) < 80
+                else type(value).__name__
+            )
+            parts.append(f"{name}={shown} is not allowed: {err.get('msg')}")
+    unique = list(dict.fromkeys(parts))
+    return "; ".join(unique)

@@ -1,0 +1,143 @@
+"""Parameter counts of a ModelSpec, per layer and in total.
+
+Formulas follow Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (core_r0.19.0) for
+GQA, MLA, dense and MoE MLPs, extended with what that file leaves out: biases (gpt-oss), attention
+sinks, Q/K norms, the attention output gate and Gated DeltaNet layers (Qwen3-Next), expert-bias routing
+and the MTP block (``eh_proj`` plus two norms plus one transformer layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, split by how Megatron shards them."""
+
+    attention: int  # attention block weights, sharded over TP
+    mlp: int  # dense MLP or shared expert(s), sharded over TP
+    experts: int  # routed experts, sharded over EP x ETP
+    replicated: int  # norms, router, gates: replicated on every TP rank
+    active_experts: int  # routed-expert weights one token passes through
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.experts + self.replicated
+
+    @property
+    def active(self) -> int:
+        return self.attention + self.mlp + self.active_experts + self.replicated
+
+
+def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
+    """(TP-sharded weights, replicated weights) of one attention block, its input norm included."""
+    h = spec.hidden_size
+    n = spec.num_attention_heads
+    replicated = h  # input RMSNorm
+    if layer_type == "linear":
+        nk, nv = spec.linear_num_key_heads or 0, spec.linear_num_value_heads or 0
+        dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
+        qk_dim, v_dim = nk * dk, nv * dv
+        in_proj = h * (2 * qk_dim + 2 * v_dim + 2 * nv)  # q, k, v, z and the b, a gates
+        conv = (spec.linear_conv_kernel_dim or 0) * (2 * qk_dim + v_dim)
+        out_proj = v_dim * h
+        replicated += 2 * nv + dv  # A_log, dt_bias, gated RMSNorm weight
+        return in_proj + conv + out_proj, replicated
+    if spec.is_mla:
+        dqk, dr, dv = spec.head_dim, spec.qk_pos_emb_head_dim or 0, spec.v_head_dim or 0
+        kv_lora = spec.kv_lora_rank or 0
+        if spec.q_lora_rank:
+            q = h * spec.q_lora_rank + spec.q_lora_rank * n * (dqk + dr)
+            replicated += spec.q_lora_rank  # q_a_layernorm
+        else:
+            q = h * n * (dqk + dr)
+        kv = h * (kv_lora + dr) + kv_lora * n * (dqk + dv)
+        replicated += kv_lora  # kv_a_layernorm
+        proj = n * dv * h
+        return q + kv + proj, replicated
+    d, g = spec.head_dim, spec.num_query_groups
+    q_width = n * d * (2 if spec.attention_output_gate else 1)
+    qkv = h * (q_width + 2 * g * d)
+    proj = n * d * h
+    sharded = qkv + proj
+    if spec.add_bias_linear:
+        sharded += n * d + 2 * g * d
+        replicated += h  # output-projection bias
+    if spec.softmax_sinks:
+        sharded += n
+    if spec.qk_layernorm:
+        replicated += 2 * d
+    return sharded, replicated
+
+
+def _ffn(spec: ModelSpec, width: int) -> int:
+    factor = 3 if spec.gated_linear_unit else 2
+    weights = factor * spec.hidden_size * width
+    if spec.add_bias_linear:
+        weights += (factor - 1) * width + spec.hidden_size
+    return weights
+
+
+def mlp_params(spec: ModelSpec, is_moe: bool) -> tuple[int, int, int, int]:
+    """(TP-sharded dense/shared, routed experts, active routed experts, replicated) of one MLP block."""
+    h = spec.hidden_size
+    replicated = h  # pre-MLP RMSNorm
+    if not is_moe:
+        return _ffn(spec, spec.ffn_hidden_size), 0, 0, replicated
+    expert = _ffn(spec, spec.moe_ffn_hidden_size)
+    experts = spec.num_experts * expert
+    active = spec.moe_router_topk * expert
+    replicated += h * spec.num_experts  # router
+    if spec.add_bias_linear or spec.moe_router_score_function == "sigmoid":
+        replicated += spec.num_experts  # router bias / expert-bias correction
+    shared = 0
+    if spec.moe_shared_expert_intermediate_size:
+        shared = _ffn(spec, spec.moe_shared_expert_intermediate_size)
+        if spec.moe_shared_expert_gate:
+            replicated += h
+    return shared, experts, active, replicated
+
+
+def layer_params(spec: ModelSpec, index: int) -> LayerParams:
+    """Parameters of decoder layer ``index`` (0-based)."""
+    attn, attn_rep = attention_params(spec, spec.attention_layer_types[index])
+    shared, experts, active, mlp_rep = mlp_params(spec, spec.moe_layers[index])
+    return LayerParams(attn, shared, experts, attn_rep + mlp_rep, active)
+
+
+def mtp_layer_params(spec: ModelSpec) -> LayerParams:
+    """One MTP module: two input norms, eh_proj (2h -> h), a transformer layer like the last one, a norm."""
+    last = layer_params(spec, spec.num_layers - 1)
+    h = spec.hidden_size
+    return LayerParams(
+        attention=last.attention + 2 * h * h,
+        mlp=last.mlp,
+        experts=last.experts,
+        replicated=last.replicated + 3 * h,
+        active_experts=last.active_experts,
+    )
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Whole-model parameter counts."""
+
+    total: int  # decoder + embeddings + final norm, MTP excluded (as model cards count)
+    active: int  # what one token passes through, embeddings included
+    embedding: int  # input embedding (+ output layer when untied)
+    experts: int  # routed experts over all MoE layers
+    mtp: int  # the MTP modules, not in total
+
+
+def model_params(spec: ModelSpec) -> ModelParams:
+    layers = [layer_params(spec, i) for i in range(spec.num_layers)]
+    embedding = spec.hidden_size * spec.vocab_size * (1 if spec.tie_embeddings else 2)
+    final_norm = spec.hidden_size
+    total = sum(lp.total for lp in layers) + embedding + final_norm
+    active = sum(lp.active for lp in layers) + embedding + final_norm
+    experts = sum(lp.experts for lp in layers)
+    mtp = spec.mtp_num_layers * mtp_layer_params(spec).total
+    return ModelParams(total=total, active=active, embedding=embedding, experts=experts, mtp=mtp)

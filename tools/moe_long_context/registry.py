@@ -1,0 +1,82 @@
+"""The tool registry: each tool declared once, with its request model, result model and function.
+
+The MCP server and the CLI are both generated from this list, so a tool or an argument is added in
+one place and the two faces cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from .budget import CheckDpBudgetRequest, CheckDpBudgetResult, check_dp_budget
+from .cp import SizeCpRequest, SizeCpResult, size_cp
+from .graphs import ValidateCudaGraphsRequest, ValidateCudaGraphsResult, validate_cuda_graph_shapes
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str  # MCP tool name
+    command: str  # CLI sub-command
+    title: str
+    description: str  # what it answers and when to call it
+    request: type[BaseModel]
+    result: type[BaseModel]
+    fn: Callable[[BaseModel], BaseModel]
+
+    def call(self, arguments: dict) -> BaseModel:
+        """Validate ``arguments`` against the request model and run the tool."""
+        return self.fn(self.request.model_validate(arguments))
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        name="size_cp",
+        command="size-cp",
+        title="Size context parallelism",
+        description=(
+            "Context-parallel size and cp_comm_type for a model at a sequence length: the smallest power-of-two CP "
+            "reaching the tokens-per-(TP x CP)-shard target (4096 on 8-GPU NVLink, 8192 on NVL72) that every "
+            "Megatron/TE rule accepts (seq % 2CP, seq % CP*TP with SP, a2a head limits, MLA/sliding-window/sink "
+            "comm-type limits, Gated DeltaNet heads). Use it first when planning any long-context run."
+        ),
+        request=SizeCpRequest,
+        result=SizeCpResult,
+        fn=size_cp,
+    ),
+    Tool(
+        name="check_dp_budget",
+        command="check-dp-budget",
+        title="Check the parallel layout and DP budget",
+        description=(
+            "Checks a TP/CP/PP/VPP/EP/ETP layout on a GPU count under MoE parallel folding (TP*CP*DP*PP = world "
+            "and ETP*EP*EDP*PP = world, not the product rule), heads and experts against TP and EP, the pipeline "
+            "split (layout strings, account-for flags, uneven stages) and GBS/MBS/microbatches. Returns DP, EDP, "
+            "microbatches, min_gpus, findings with fixes, and the nearest accepted layouts. Use it on every layout "
+            "before recommending it."
+        ),
+        request=CheckDpBudgetRequest,
+        result=CheckDpBudgetResult,
+        fn=check_dp_budget,
+    ),
+    Tool(
+        name="validate_cuda_graph_shapes",
+        command="validate-cuda-graphs",
+        title="Validate a CUDA-graph setting",
+        description=(
+            "Whether a cuda_graph_impl / cuda_graph_modules setting can capture with this model and config "
+            "(Megatron Core 0.19 names): dropless MoE (moe_router + moe_preprocess only; moe needs drop-and-pad), "
+            "moe vs moe_router, mlp on all-MoE models, recompute and activation-offload interplay, full_iteration "
+            "rules, packed sequences, expandable_segments. Returns the static shapes captured and what must stay "
+            "fixed. Use it before enabling CUDA graphs."
+        ),
+        request=ValidateCudaGraphsRequest,
+        result=ValidateCudaGraphsResult,
+        fn=validate_cuda_graph_shapes,
+    ),
+)
+
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
+TOOLS_BY_COMMAND = {tool.command: tool for tool in TOOLS}

@@ -1,0 +1,156 @@
+"""Model and GPU specifications: the constants every rule and estimate reads.
+
+Both are frozen pydantic models built by the catalog loader (``catalog/``) from YAML presets or a
+Hugging Face ``config.json``; ``sources`` says where each value came from.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AttentionKind = Literal["gqa", "mla"]
+AttentionLayerType = Literal["full", "sliding", "linear"]
+
+
+class ModelSpec(BaseModel):
+    """Architecture of one MoE language model, in Megatron Core's terms."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="Catalog id, e.g. deepseek-v3; 'custom' for an inline config.json.")
+    name: str = Field(description="Human-readable name.")
+    family: Literal["deepseek_v3", "qwen3_moe", "qwen3_next", "gpt_oss", "mixtral"] = Field(
+        description="Hugging Face architecture family the spec was converted from."
+    )
+    hf_repo: str | None = Field(default=None, description="Hugging Face repository of the config.json.")
+    aliases: tuple[str, ...] = Field(default=(), description="Other names accepted for this model.")
+
+    # Trunk
+    num_layers: int = Field(gt=0, description="Decoder layers (Megatron num_layers), MTP not included.")
+    hidden_size: int = Field(gt=0, description="Model width h.")
+    vocab_size: int = Field(gt=0, description="Vocabulary size before Megatron's padding.")
+    tie_embeddings: bool = Field(description="Input embedding and output layer share weights.")
+    max_position_embeddings: int | None = Field(
+        default=None, description="Longest context the checkpoint supports."
+    )
+    mtp_num_layers: int = Field(
+        default=0, ge=0, description="Multi-token-prediction layers (DeepSeek-V3: 1)."
+    )
+    add_bias_linear: bool = Field(default=False, description="Linear layers carry biases (gpt-oss).")
+    gated_linear_unit: bool = Field(default=True, description="SwiGLU-style MLPs (fc1 is 2 x ffn wide).")
+
+    # Attention
+    attention: AttentionKind = Field(description="gqa (incl. MHA) or mla (multi-latent attention).")
+    num_attention_heads: int = Field(gt=0, description="Query heads.")
+    num_query_groups: int = Field(gt=0, description="Key/value heads (= heads for MHA and MLA).")
+    head_dim: int = Field(
+        gt=0, description="Per-head dim of Q/K/V for GQA (kv_channels); qk nope dim for MLA."
+    )
+    q_lora_rank: int | None = Field(
+        default=None, description="MLA query down-projection rank (None: no q LoRA)."
+    )
+    kv_lora_rank: int | None = Field(default=None, description="MLA key/value down-projection rank.")
+    qk_pos_emb_head_dim: int | None = Field(default=None, description="MLA decoupled RoPE dim per head.")
+    v_head_dim: int | None = Field(default=None, description="MLA value head dim.")
+    qk_layernorm: bool = Field(default=False, description="RMSNorm on Q and K (Qwen3).")
+    attention_output_gate: bool = Field(
+        default=False, description="Sigmoid gate on attention output (Qwen3-Next)."
+    )
+    softmax_sinks: bool = Field(
+        default=False, description="Learned attention sinks (gpt-oss): TE CP needs a2a."
+    )
+    sliding_window: int | None = Field(default=None, description="Window of the sliding-window layers.")
+    attention_layer_types: tuple[AttentionLayerType, ...] = Field(
+        description="Per decoder layer: full attention, sliding-window attention or linear (Gated DeltaNet)."
+    )
+    # Gated DeltaNet (Qwen3-Next linear attention)
+    linear_num_key_heads: int | None = Field(default=None, description="Gated DeltaNet key heads.")
+    linear_num_value_heads: int | None = Field(default=None, description="Gated DeltaNet value heads.")
+    linear_key_head_dim: int | None = Field(default=None, description="Gated DeltaNet key head dim.")
+    linear_value_head_dim: int | None = Field(default=None, description="Gated DeltaNet value head dim.")
+    linear_conv_kernel_dim: int | None = Field(default=None, description="Gated DeltaNet causal conv width.")
+
+    # MLP / MoE
+    ffn_hidden_size: int = Field(gt=0, description="FFN width of the dense layers.")
+    num_dense_layers: int = Field(default=0, ge=0, description="Leading dense (non-MoE) layers.")
+    num_experts: int = Field(gt=1, description="Routed experts per MoE layer.")
+    moe_router_topk: int = Field(gt=0, description="Experts each token is routed to.")
+    moe_ffn_hidden_size: int = Field(gt=0, description="FFN width of one routed expert.")
+    moe_shared_expert_intermediate_size: int | None = Field(
+        default=None, description="Total FFN width of the shared expert(s); None if there are none."
+    )
+    moe_shared_expert_gate: bool = Field(default=False, description="Sigmoid gate on the shared expert.")
+    moe_router_score_function: Literal["softmax", "sigmoid"] = Field(default="softmax")
+    moe_router_num_groups: int | None = Field(default=None, description="Group-limited routing groups.")
+    moe_router_group_topk: int | None = Field(default=None, description="Groups each token may use.")
+
+    published_total_params: float | None = Field(default=None, description="Published total parameters.")
+    published_active_params: float | None = Field(default=None, description="Published active parameters.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each field came from.")
+
+    @cached_property
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per decoder layer: True when the layer's MLP is an MoE layer."""
+        return tuple(i >= self.num_dense_layers for i in range(self.num_layers))
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    @property
+    def all_layers_moe(self) -> bool:
+        return self.num_dense_layers == 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def has_linear_attention(self) -> bool:
+        return "linear" in self.attention_layer_types
+
+    @property
+    def has_sliding_window(self) -> bool:
+        return "sliding" in self.attention_layer_types
+
+    @property
+    def moe_layer_freq(self) -> list[int]:
+        """Megatron's ``moe_layer_freq`` list (1 = MoE layer, 0 = dense)."""
+        return [int(m) for m in self.moe_layers]
+
+
+FlexBackend = Literal["deepep", "hybridep", "ncclep"]
+QuantRecipe = Literal["fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4"]
+
+
+class GpuSpec(BaseModel):
+    """One GPU type and the system it usually comes in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="Catalog id, e.g. h100.")
+    name: str = Field(description="Marketing name.")
+    device_name: str = Field(description="What torch.cuda.get_device_properties().name reports.")
+    compute_capability: tuple[int, int] = Field(description="SM version (major, minor).")
+    hbm_gb: float = Field(gt=0, description="Physical HBM in GB (10^9 bytes).")
+    usable_hbm_gib: float = Field(gt=0, description="Memory PyTorch can allocate, GiB (2^30 bytes).")
+    hbm_bandwidth_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s.")
+    bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor-core peak, TFLOP/s.")
+    fp8_tflops: float = Field(gt=0, description="Dense FP8 tensor-core peak, TFLOP/s.")
+    fp4_tflops: float | None = Field(default=None, description="Dense FP4 peak, TFLOP/s (None: no FP4).")
+    nvlink_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s.")
+    nvlink_domain: int = Field(gt=0, description="GPUs reachable over NVLink (8 on HGX, 72 on NVL72).")
+    gpus_per_node: int = Field(gt=0, description="GPUs per host (4 per GB200/GB300 compute tray).")
+    network_gbps: float = Field(gt=0, description="Scale-out network bandwidth per GPU per direction, GB/s.")
+    quant_recipes: tuple[QuantRecipe, ...] = Field(
+        description="FP8/FP4 recipes Transformer Engine 2.14 allows."
+    )
+    flex_backends: tuple[FlexBackend, ...] = Field(description="Flex dispatcher backends Bridge 0.6 allows.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each field came from.")
+
+    @property
+    def is_nvl72(self) -> bool:
+        return self.nvlink_domain >= 72
