@@ -67,6 +67,25 @@ def test_booleans_and_lists(capsys):
     assert json.loads(out)["cuda_graph_modules"] == ["attn", "moe_router", "moe_preprocess"]
 
 
+def test_list_flags_on_a_tool_with_several_list_fields(capsys):
+    code, out, _ = run(
+        capsys,
+        "validate-cuda-graphs",
+        *DSV3,
+        "--recompute-granularity",
+        "selective",
+        "--recompute-modules",
+        "mla_up_proj,layernorm,moe",
+        "--cuda-graph-impl",
+        "transformer_engine",
+        "--cuda-graph-modules",
+        "attn,moe_router",
+        "--json",
+    )
+    assert code == 1  # moe recompute with a TE moe_router graph
+    assert "GRAPH_MOE_RECOMPUTE_ROUTER" in out
+
+
 def test_inline_config_json_model(capsys):
     cfg = json.dumps(
         {

@@ -178,7 +178,7 @@ class ContextParallelArgs(_Args):
 
     @field_validator("hierarchical_cp_sizes", mode="before")
     @classmethod
-    def _split(cls, v: Any) -> Any:
+    def _split_hierarchy(cls, v: Any) -> Any:
         v = _split_list(v)
         return [int(x) if isinstance(x, str) and x.isdigit() else x for x in v] if isinstance(v, list) else v
 
@@ -250,7 +250,7 @@ class RecomputeArgs(_Args):
 
     @field_validator("recompute_modules", "activation_offload", mode="before")
     @classmethod
-    def _split(cls, v: Any) -> Any:
+    def _split_recompute_lists(cls, v: Any) -> Any:
         return _split_list(v)
 
 
@@ -278,7 +278,7 @@ class CudaGraphArgs(_Args):
 
     @field_validator("cuda_graph_modules", mode="before")
     @classmethod
-    def _split(cls, v: Any) -> Any:
+    def _split_graph_modules(cls, v: Any) -> Any:
         return _split_list(v)
 
 
