@@ -115,11 +115,17 @@ def check_dp_budget(req: CheckDpBudgetRequest) -> CheckDpBudgetResult:
 
 
 def _neighbours(value: int, world: int) -> list[int]:
+    """The value, x/÷ 2 and 4, and the powers of two within a factor 4 of it."""
     out = {value}
     for factor in (2, 4):
         out.add(value * factor)
         if value % factor == 0:
             out.add(value // factor)
+    p = 1
+    while p <= value * 4:
+        if p * 4 >= value:
+            out.add(p)
+        p *= 2
     return sorted(v for v in out if 1 <= v <= world)
 
 

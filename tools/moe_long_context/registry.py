@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from .budget import CheckDpBudgetRequest, CheckDpBudgetResult, check_dp_budget
 from .cp import SizeCpRequest, SizeCpResult, size_cp
 from .graphs import ValidateCudaGraphsRequest, ValidateCudaGraphsResult, validate_cuda_graph_shapes
+from .lint import LintConfigRequest, LintConfigResult, lint_config
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,23 @@ TOOLS: tuple[Tool, ...] = (
         request=ValidateCudaGraphsRequest,
         result=ValidateCudaGraphsResult,
         fn=validate_cuda_graph_shapes,
+    ),
+    Tool(
+        name="lint_config",
+        command="lint",
+        title="Lint a launch configuration",
+        description=(
+            "Checks a whole configuration as users have it - Megatron-LM launch arguments (a script, with "
+            "continuations, comments and VAR=value), Megatron Bridge key=value overrides, or a ConfigContainer-shaped "
+            "object - against every rule at once: layout and budget, CP, pipeline split, batch, recompute labels, "
+            "CUDA graphs, dispatcher, precision against the GPU, optimizer offload prerequisites. Findings name the "
+            "flag or key; unknown Megatron-LM flags are errors, flags the engine does not model are listed as not "
+            "checked. Returns a corrected configuration in the same dialect and in the other one. Use it on any "
+            "launch script or override list a user pastes."
+        ),
+        request=LintConfigRequest,
+        result=LintConfigResult,
+        fn=lint_config,
     ),
 )
 

@@ -82,6 +82,10 @@ def render_result(title: str, result: BaseModel) -> str:
             tables.append(f"{name}:\n" + textwrap.indent(table, "  "))
         elif isinstance(value, list) and value and isinstance(value[0], str) and len(value) > 1:
             tables.append(f"{name}:\n" + "\n".join(f"  - {v}" for v in value))
+        elif isinstance(value, str) and "\n" in value:
+            tables.append(f"{name}:\n" + textwrap.indent(value, "  "))
+        elif isinstance(value, dict) and len(value) > 3:
+            tables.append(f"{name}:\n" + "\n".join(f"  {k}: {_cell(v)}" for k, v in value.items()))
         else:
             scalars.append((name, _cell(value)))
     width = max((len(k) for k, _ in scalars), default=0)

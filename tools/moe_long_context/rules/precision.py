@@ -57,6 +57,9 @@ def gemm_shapes(ctx: Context) -> Iterator[Finding]:
     tokens = ctx.tokens_per_rank
     if tokens is None or not precision_is_quantized(c.precision):
         return
+    split = c.cp * (c.tp if ctx.sequence_parallel else 1)
+    if c.seq_len % split or (c.cp > 1 and c.seq_len % (2 * c.cp)):
+        return  # the sequence does not split at all: the sequence rules report that
     rows = tokens * c.mbs
     multiple = ROW_MULTIPLE[c.precision]
     if rows % multiple:
@@ -81,11 +84,4 @@ def param_gather(ctx: Context) -> Iterator[Finding]:
             f"{c.use_distributed_optimizer}.",
             "Use an FP8 precision and the distributed optimizer, or drop fp8_param_gather.",
             ["fp8_param_gather", "precision", "use_distributed_optimizer"],
-        )
-    elif c.precision == "mxfp8" and c.launcher == "bridge":
-        yield finding(
-            "PRECISION_PARAM_GATHER",
-            "fp8_param_gather with MXFP8 in Megatron Bridge needs ddp.reuse_grad_buf_for_mxfp8_param_ag=true.",
-            "Set ddp.reuse_grad_buf_for_mxfp8_param_ag=true.",
-            ["fp8_param_gather"],
         )
