@@ -31,15 +31,15 @@ from .rules import run
 BUDGET_FAMILIES = ("layout", "pipeline", "batch", "sequence", "cp")
 
 
-class CheckDpBudgetRequest(
+class CheckDpBudgetRequest(  # bases in reverse order of the fields
     LauncherArgs,
-    ModelArgs,
-    ClusterArgs,
-    SequenceArgs,
-    ParallelArgs,
-    PipelineSplitArgs,
-    BatchArgs,
     ContextParallelArgs,
+    BatchArgs,
+    PipelineSplitArgs,
+    ParallelArgs,
+    SequenceArgs,
+    ClusterArgs,
+    ModelArgs,
 ):
     """A parallel layout to check on a given number of GPUs."""
 

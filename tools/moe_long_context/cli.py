@@ -151,6 +151,30 @@ def _rules(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _docs(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .docs import PAGES
+
+    folder = ns.write or ns.check
+    if folder is None:
+        raise InputError("docs", None, "--write DIR or --check DIR")
+    stale = []
+    for name, render in PAGES.items():
+        path = Path(folder) / name
+        text = render() + "\n"
+        if ns.write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+        elif not path.exists() or path.read_text() != text:
+            stale.append(str(path))
+    if stale:
+        print("stale: " + ", ".join(stale) + " (run moe-lc docs --write " + folder + ")", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moe-lc",
@@ -170,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("rules", help="List every rule the engine checks, with its source.")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "docs", help="Write (or check) the generated references/rules.md and references/tools.md."
+    )
+    p.add_argument("--write", metavar="DIR", help="Directory to write the pages into (e.g. references/).")
+    p.add_argument(
+        "--check", metavar="DIR", help="Exit 1 when the pages in DIR differ from the generated ones."
+    )
     for extend in _EXTENSIONS:
         extend(sub)
     return parser
@@ -194,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _gpus(ns)
         if ns.command == "rules":
             return _rules(ns)
+        if ns.command == "docs":
+            return _docs(ns)
         return ns.handler(ns)
     except InputError as exc:
         print(f"moe-lc {ns.command}: {exc}", file=sys.stderr)

@@ -313,21 +313,21 @@ class OptimizerArgs(_Args):
     )
 
 
-class TrainingConfig(
+class TrainingConfig(  # bases in reverse: pydantic lists the fields of the last base first
     LauncherArgs,
-    ModelArgs,
-    ClusterArgs,
-    SequenceArgs,
-    ParallelArgs,
-    PipelineSplitArgs,
-    BatchArgs,
-    ContextParallelArgs,
-    MoEArgs,
-    PrecisionArgs,
-    RecomputeArgs,
-    CudaGraphArgs,
-    DataArgs,
     OptimizerArgs,
+    DataArgs,
+    CudaGraphArgs,
+    RecomputeArgs,
+    PrecisionArgs,
+    MoEArgs,
+    ContextParallelArgs,
+    BatchArgs,
+    PipelineSplitArgs,
+    ParallelArgs,
+    SequenceArgs,
+    ClusterArgs,
+    ModelArgs,
 ):
     """A complete training configuration: every knob any tool reads."""
 

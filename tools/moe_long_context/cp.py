@@ -39,7 +39,7 @@ class SizeCpArgs(_Args):
     )
 
 
-class SizeCpRequest(LauncherArgs, ModelArgs, GpuArgs, SizeCpArgs):
+class SizeCpRequest(LauncherArgs, SizeCpArgs, GpuArgs, ModelArgs):  # bases in reverse order of the fields
     """A sequence length to size context parallelism for."""
 
 

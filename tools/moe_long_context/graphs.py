@@ -46,17 +46,17 @@ class GraphShapeArgs(_Args):
     gpu: str | None = Field(default=None, description="GPU catalog id (optional).")
 
 
-class ValidateCudaGraphsRequest(
+class ValidateCudaGraphsRequest(  # bases in reverse order of the fields
     LauncherArgs,
-    ModelArgs,
-    GraphShapeArgs,
-    ParallelArgs,
-    BatchArgs,
-    CudaGraphArgs,
-    RecomputeArgs,
-    MoEArgs,
-    DataArgs,
     PrecisionArgs,
+    DataArgs,
+    MoEArgs,
+    RecomputeArgs,
+    CudaGraphArgs,
+    BatchArgs,
+    ParallelArgs,
+    GraphShapeArgs,
+    ModelArgs,
 ):
     """A CUDA-graph setting together with the layout and MoE settings it depends on."""
 
