@@ -105,7 +105,8 @@ def implementation(ctx: Context) -> Iterator[Finding]:
             "rerun_state_machine.check_for_nan_in_loss=False).",
             ["check_for_nan_in_loss", "cuda_graph_impl"],
         )
-    if g.impl == "local":
+    # Bridge-only: Megatron Core and Megatron-LM accept scoped local graphs.
+    if g.impl == "local" and c.launcher == "bridge":
         yield finding(
             "GRAPH_LOCAL_SCOPED_BRIDGE",
             "cuda_graph_impl=local for training: Megatron Bridge 0.6 accepts local only for full-iteration or "

@@ -1,0 +1,27 @@
+"""Rules that depend on the launcher: Megatron Bridge and Megatron-LM disagree, and the engine follows each.
+
+Found by the differential conformance suite (``make conformance``); each test names the Megatron source.
+"""
+
+from __future__ import annotations
+
+from moe_long_context.config import TrainingConfig
+from moe_long_context.context import build_context
+from moe_long_context.findings import Severity
+from moe_long_context.rules import run
+
+QWEN = dict(model="qwen3-30b-a3b", num_gpus=32, seq_len=32768, tp=2, cp=2, pp=2, ep=8, gbs=64)
+
+
+def errors(base: dict, **overrides) -> set[str]:
+    cfg = TrainingConfig(**{**base, **overrides})
+    return {f.code for f in run(build_context(cfg)) if f.severity == Severity.error}
+
+
+def test_flex_backend_gpu_gating_is_bridge_only():
+    # Bridge training/flex_dispatcher_backend.py:102-124 refuses DeepEP on a GB200 ('NVIDIA GB200' is neither
+    # sm 8.x/9.x nor a B200/B300 name); Megatron-LM and Megatron Core have no GPU check for the backends.
+    deepep = dict(QWEN, gpu="gb200", dispatcher="flex-deepep")
+    assert "DISPATCHER_GPU" in errors(deepep)
+    assert "DISPATCHER_GPU" not in errors(deepep, launcher="megatron-lm")
+    assert "DISPATCHER_GPU" not in errors(deepep, gpu="h100")
