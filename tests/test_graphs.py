@@ -86,6 +86,14 @@ def test_no_pp_captures_one_microbatch():
             {"cuda_graph_modules": ["moe_router"], "ep_overlap": True},
             None,
         ),  # legal: EP overlap without moe/mlp
+        (
+            {
+                "cuda_graph_modules": ["moe_router", "moe_preprocess"],
+                "moe_router_padding_for_quantization": True,
+                "precision": "fp8-blockwise",
+            },
+            None,
+        ),  # legal: MCore transformer_config.py:2512-2516 reads only the deprecated moe_router_padding_for_fp8
     ],
 )
 def test_each_graph_rule_is_an_error_with_a_fix(settings, code):

@@ -176,15 +176,13 @@ def moe_modules(ctx: Context) -> Iterator[Finding]:
                 ["cuda_graph_modules", "moe_capacity_factor", "moe_pad_expert_input_to_capacity"],
             )
         capacity = c.moe_capacity_factor is not None and c.moe_capacity_factor >= 0
-        if (
-            c.dispatcher == "alltoall"
-            and (capacity or c.moe_router_padding_for_quantization)
-            and "moe_preprocess" in mods
-        ):
+        # MCore 0.19.2 also names the deprecated moe_router_padding_for_fp8 here, which
+        # moe_router_padding_for_quantization does not set: router padding alone passes.
+        if c.dispatcher == "alltoall" and capacity and "moe_preprocess" in mods:
             yield finding(
                 "GRAPH_PREPROCESS_D2H",
-                "moe_preprocess capture with the alltoall dispatcher and a capacity factor or router padding: "
-                "the preprocess step syncs device to host.",
+                "moe_preprocess capture with the alltoall dispatcher and a capacity factor: the preprocess step "
+                "syncs device to host.",
                 "Drop moe_preprocess (keep moe_router), or use drop-and-pad or a flex dispatcher.",
                 ["cuda_graph_modules", "dispatcher"],
             )
