@@ -25,3 +25,17 @@ def test_flex_backend_gpu_gating_is_bridge_only():
     assert "DISPATCHER_GPU" in errors(deepep)
     assert "DISPATCHER_GPU" not in errors(deepep, launcher="megatron-lm")
     assert "DISPATCHER_GPU" not in errors(deepep, gpu="h100")
+
+
+def test_fp8_param_gather_needs_fp8_and_lm_needs_the_distributed_optimizer():
+    # fp8_param_gather becomes TransformerConfig.fp8_param (LM argument_utils.py:312; Bridge
+    # mixed_precision.py:81-100), and MCore transformer_config.py:1439-1440 raises 'fp8_param must be used
+    # together with fp8 mode' under NVFP4 (fp4 mode). The distributed-optimizer requirement is Megatron-LM's
+    # alone (arguments.py:1061-1063): Bridge and Megatron Core have no such check.
+    gather = dict(QWEN, gpu="b200", fp8_param_gather=True)
+    for launcher in ("bridge", "megatron-lm"):
+        assert "PRECISION_PARAM_GATHER" in errors(gather, precision="nvfp4", launcher=launcher)
+        assert "PRECISION_PARAM_GATHER" not in errors(gather, precision="fp8-tensorwise", launcher=launcher)
+    no_distopt = dict(gather, precision="fp8-tensorwise", use_distributed_optimizer=False)
+    assert "PRECISION_PARAM_GATHER" in errors(no_distopt, launcher="megatron-lm")
+    assert "PRECISION_PARAM_GATHER" not in errors(no_distopt, launcher="bridge")
