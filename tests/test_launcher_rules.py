@@ -39,3 +39,18 @@ def test_fp8_param_gather_needs_fp8_and_lm_needs_the_distributed_optimizer():
     no_distopt = dict(gather, precision="fp8-tensorwise", use_distributed_optimizer=False)
     assert "PRECISION_PARAM_GATHER" in errors(no_distopt, launcher="megatron-lm")
     assert "PRECISION_PARAM_GATHER" not in errors(no_distopt, launcher="bridge")
+
+
+def test_unset_etp_is_tp_under_megatron_lm_and_one_under_bridge():
+    # Megatron-LM arguments.py:569-570 sets an unset --expert-tensor-parallel-size to TP (as MCore
+    # model_parallel_config.py:506-507 does); Bridge models/transformer_config.py:80-89 uses 1 when EP > 1.
+    # World 32, TP2 PP2 EP16: the expert side is ETP x 16 x 2, which factors only with ETP = 1.
+    wide = dict(QWEN, ep=16)
+    assert not {"EXPERT_WORLD_DIVISIBILITY"} & errors(wide)
+    assert "EXPERT_WORLD_DIVISIBILITY" in errors(wide, launcher="megatron-lm")
+    assert not errors(wide, launcher="megatron-lm", etp=1)
+    ctx = build_context(TrainingConfig(**QWEN, launcher="megatron-lm"))
+    assert ctx.etp == 2 and ctx.layout.edp == 32 // (2 * 8 * 2)
+    codes = {f.code for f in run(build_context(TrainingConfig(**QWEN)))}
+    assert "ETP_DEFAULTED" in codes
+    assert "ETP_DEFAULTED" not in {f.code for f in run(ctx)}
