@@ -54,3 +54,16 @@ def test_unset_etp_is_tp_under_megatron_lm_and_one_under_bridge():
     codes = {f.code for f in run(build_context(TrainingConfig(**QWEN)))}
     assert "ETP_DEFAULTED" in codes
     assert "ETP_DEFAULTED" not in {f.code for f in run(ctx)}
+
+
+def test_megatron_lm_refuses_vpp_next_to_a_layout():
+    # LM arguments.py:893-905: at most one of --num-layers-per-virtual-pipeline-stage,
+    # --num-virtual-stages-per-pipeline-rank and --pipeline-model-parallel-layout. Megatron Core
+    # (transformer_config.py:1963-1968) and so Bridge only assert that an explicit VPP equals the layout's.
+    dsv3 = dict(
+        model="deepseek-v3", num_gpus=256, seq_len=131072, cp=32, ep=32, pp=8, gbs=256,
+        pipeline_layout="Et|(tt|)*30mL",
+    )  # fmt: skip
+    assert not errors(dsv3, vpp=4)
+    assert "PP_LAYOUT_CONFLICT" in errors(dsv3, vpp=4, launcher="megatron-lm")
+    assert not errors(dsv3, launcher="megatron-lm")
