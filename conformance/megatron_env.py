@@ -169,7 +169,12 @@ def load(core_dir: Path, bridge_dir: Path | None = None, lm_training: str | None
 
     training_dir: Path | None
     if lm_training == "none":
-        training_dir, note = None, "Megatron-LM checks disabled (MEGATRON_LM_SRC=none)"
+        training_dir, note = None, "not run: Megatron-LM source not available (MEGATRON_LM_SRC=none)"
+    elif not lm_training and not (core_dir / "megatron" / "training" / "arguments.py").is_file():
+        training_dir, note = (
+            None,
+            "not run: Megatron-LM source not available (not in the wheel; set MEGATRON_LM_SRC)",
+        )
     else:
         if lm_training:
             training_dir = Path(lm_training) / "megatron" / "training"

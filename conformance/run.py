@@ -152,6 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     unused = [a.id for a in allowlist if not used.get(a.id)]
     if unused:
         lines.append(f"  (never needed in this run: {', '.join(unused)})")
+    stages = Counter(f["stage"] for o in outcomes for f in o.megatron_failures)
+    lines += ["", "Megatron failures by stage (every stage that raised at least once):"]
+    lines += [f"  {stage}: {n}" for stage, n in sorted(stages.items())]
+    unverified = Counter(code for o in outcomes for code in o.unverified)
+    lines += [
+        "",
+        f"Unverified engine errors: {sum(unverified.values())} in "
+        f"{sum(1 for o in outcomes if o.unverified)} cases that Megatron rejects for another rule first "
+        "(its checks stop at the first exception of a stage): "
+        + (", ".join(f"{c} x{n}" for c, n in unverified.most_common()) or "none"),
+    ]
     lines += ["", f"Undocumented disagreements: {len(disagreements)}"]
     for o in disagreements:
         lines.append(f"  {o.case_id} [{o.family}/{o.target}, {o.launcher}] engine={o.engine_errors}")
@@ -184,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             for o in documented
         ],
         "not_run": [o.case_id for o in not_run],
+        "failures_by_stage": dict(stages),
+        "unverified": dict(unverified),
     }  # fmt: skip
     (args.out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
     print(report_txt if len(report_txt) < 20000 else report_txt[:20000] + "\n... (see report.txt)")
