@@ -392,6 +392,8 @@ def valid_config(rng: random.Random) -> tuple[dict[str, Any], str]:
         cfg["moe_shared_expert_overlap"] = False
     if cfg.get("dispatcher") == "flex-deepep" and cfg.get("moe_pad_expert_input_to_capacity"):
         cfg["dispatcher"] = "alltoall"
+    if cfg.get("dispatcher") == "allgather":
+        cfg.pop("moe_router_padding_for_quantization", None)  # allgather refuses router padding
     if (
         cfg["launcher"] == "megatron-lm"
         and cfg.get("optimizer_cpu_offload_fraction")

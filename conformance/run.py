@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         "not_run": [o.case_id for o in not_run],
         "failures_by_stage": dict(stages),
         "unverified": dict(unverified),
+        "unverified_cases": [
+            {"id": o.case_id, "target": o.target, "launcher": o.launcher, "unverified": o.unverified,
+             "megatron": [f"{f['stage']}: {f['message'][:160]}" for f in o.megatron_failures]}
+            for o in outcomes if o.unverified
+        ],
     }  # fmt: skip
     (args.out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
     print(report_txt if len(report_txt) < 20000 else report_txt[:20000] + "\n... (see report.txt)")
