@@ -10,7 +10,18 @@ OK1 := ; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 DSV3 := --model deepseek-v3 --gpu h100 --seq-len 131072
 DSV3_LAYOUT := $(DSV3) --num-gpus 256 --tp 1 --cp 32 --ep 32 --pp 8 --vpp 4 --gbs 256 --mbs 1
 
-.PHONY: run test lint clean
+# Differential conformance suite: the engine against Megatron Core 0.19.2, Megatron-LM's training layer (shipped
+# in the megatron-core wheel) and Megatron Bridge 0.6.2, run on the CPU. The environment lives under build/ and is
+# built once: a venv with the CPU torch and what Megatron imports, and the two wheels downloaded from PyPI and
+# unpacked (they require Python 3.12, so they are not pip-installed). MEGATRON_LM_SRC=/path uses another
+# Megatron-LM source tree for megatron/training; MEGATRON_LM_SRC=none reports the Megatron-LM cases as not run.
+CONF := build/conformance
+CONF_PY := $(CONF)/venv/bin/python
+CONF_PIP := $(CONF)/venv/bin/pip --quiet --disable-pip-version-check
+MCORE_WHEEL := megatron-core==0.19.2
+BRIDGE_WHEEL := megatron-bridge==0.6.2
+
+.PHONY: run test lint clean conformance
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,13 +48,25 @@ run: $(VENV)/.run-installed
 		--cuda-graph-impl transformer_engine --cuda-graph-modules attn,moe_router,moe_preprocess $(OK1)
 
 test: $(VENV)/.dev-installed
-	$(BIN)/ruff check tools tests
-	$(BIN)/ruff format --check tools tests
+	$(BIN)/ruff check tools tests conformance
+	$(BIN)/ruff format --check tools tests conformance
 	$(BIN)/pytest
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check --fix tools tests
-	$(BIN)/ruff format tools tests
+	$(BIN)/ruff check --fix tools tests conformance
+	$(BIN)/ruff format tools tests conformance
+
+$(CONF)/.ready: Makefile
+	rm -rf $(CONF)/venv $(CONF)/dl $(CONF)/mcore $(CONF)/bridge
+	$(PYTHON) -m venv $(CONF)/venv
+	$(CONF_PIP) install torch==2.13.0 numpy 'packaging>=24.2' einops pydantic pyyaml
+	$(CONF_PIP) download $(MCORE_WHEEL) $(BRIDGE_WHEEL) --no-deps --python-version 3.12 --only-binary=:all: -d $(CONF)/dl
+	$(CONF_PY) -m zipfile -e $(CONF)/dl/megatron_core-*.whl $(CONF)/mcore
+	$(CONF_PY) -m zipfile -e $(CONF)/dl/megatron_bridge-*.whl $(CONF)/bridge
+	touch $@
+
+conformance: $(CONF)/.ready
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -86,6 +86,14 @@ def test_no_pp_captures_one_microbatch():
             {"cuda_graph_modules": ["moe_router"], "ep_overlap": True},
             None,
         ),  # legal: EP overlap without moe/mlp
+        (
+            {
+                "cuda_graph_modules": ["moe_router", "moe_preprocess"],
+                "moe_router_padding_for_quantization": True,
+                "precision": "fp8-blockwise",
+            },
+            None,
+        ),  # legal: MCore transformer_config.py:2512-2516 reads only the deprecated moe_router_padding_for_fp8
     ],
 )
 def test_each_graph_rule_is_an_error_with_a_fix(settings, code):
@@ -149,3 +157,11 @@ def test_graphs_off_is_valid_and_captures_nothing():
 def test_seq_divisibility_applies_to_shapes():
     r = graphs(**{**QWEN, "seq_len": 131080}, **TE, cuda_graph_modules=["attn"])
     assert "SEQ_CP_TP_DIVISIBILITY" in error_codes(r)
+
+
+def test_scoped_local_graphs_are_a_bridge_only_refusal():
+    # Bridge utils/cuda_graph.py:134-152 refuses scoped local graphs; Megatron Core 0.19
+    # (transformer_config.py:2445-2519) and Megatron-LM's validate_args accept them.
+    local = dict(QWEN, cuda_graph_impl="local", cuda_graph_modules=["attn"])
+    assert "GRAPH_LOCAL_SCOPED_BRIDGE" in error_codes(graphs(**local))
+    assert "GRAPH_LOCAL_SCOPED_BRIDGE" not in error_codes(graphs(**local, launcher="megatron-lm"))

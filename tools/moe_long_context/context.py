@@ -24,6 +24,9 @@ class Context:
 
     @cached_property
     def etp(self) -> int:
+        """ETP in effect: given; else Bridge's default (1 when EP > 1), but TP under Megatron-LM."""
+        if self.cfg.etp is None and self.cfg.launcher == "megatron-lm":
+            return self.cfg.tp  # LM arguments.py:569-570
         return resolve_etp(self.cfg.tp, self.cfg.ep, self.cfg.etp)
 
     @cached_property

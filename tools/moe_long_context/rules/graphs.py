@@ -105,7 +105,8 @@ def implementation(ctx: Context) -> Iterator[Finding]:
             "rerun_state_machine.check_for_nan_in_loss=False).",
             ["check_for_nan_in_loss", "cuda_graph_impl"],
         )
-    if g.impl == "local":
+    # Bridge-only: Megatron Core and Megatron-LM accept scoped local graphs.
+    if g.impl == "local" and c.launcher == "bridge":
         yield finding(
             "GRAPH_LOCAL_SCOPED_BRIDGE",
             "cuda_graph_impl=local for training: Megatron Bridge 0.6 accepts local only for full-iteration or "
@@ -175,15 +176,13 @@ def moe_modules(ctx: Context) -> Iterator[Finding]:
                 ["cuda_graph_modules", "moe_capacity_factor", "moe_pad_expert_input_to_capacity"],
             )
         capacity = c.moe_capacity_factor is not None and c.moe_capacity_factor >= 0
-        if (
-            c.dispatcher == "alltoall"
-            and (capacity or c.moe_router_padding_for_quantization)
-            and "moe_preprocess" in mods
-        ):
+        # MCore 0.19.2 also names the deprecated moe_router_padding_for_fp8 here, which
+        # moe_router_padding_for_quantization does not set: router padding alone passes.
+        if c.dispatcher == "alltoall" and capacity and "moe_preprocess" in mods:
             yield finding(
                 "GRAPH_PREPROCESS_D2H",
-                "moe_preprocess capture with the alltoall dispatcher and a capacity factor or router padding: "
-                "the preprocess step syncs device to host.",
+                "moe_preprocess capture with the alltoall dispatcher and a capacity factor: the preprocess step "
+                "syncs device to host.",
                 "Drop moe_preprocess (keep moe_router), or use drop-and-pad or a flex dispatcher.",
                 ["cuda_graph_modules", "dispatcher"],
             )

@@ -104,7 +104,7 @@ def experts_and_heads(ctx: Context) -> Iterator[Finding]:
             "Set etp=1 (expert_tensor_parallel_size=1).",
             ["etp"],
         )
-    if c.etp is None and c.ep > 1 and c.tp > 1:
+    if c.etp is None and c.ep > 1 and c.tp > 1 and c.launcher == "bridge":
         yield finding(
             "ETP_DEFAULTED",
             f"etp is unset with EP={c.ep}: Megatron Bridge uses ETP=1 (Megatron Core alone would use TP={c.tp}).",

@@ -23,7 +23,8 @@ def flex_backend(dispatcher: str) -> str | None:
 def dispatcher(ctx: Context) -> Iterator[Finding]:
     c, gpu, lay = ctx.cfg, ctx.gpu, ctx.layout
     backend = flex_backend(c.dispatcher)
-    if backend and gpu is not None and backend not in gpu.flex_backends:
+    # Only Megatron Bridge gates the backends by GPU; Megatron-LM and Megatron Core have no such check.
+    if backend and gpu is not None and backend not in gpu.flex_backends and c.launcher == "bridge":
         usable = [f"flex-{b}" for b in gpu.flex_backends] + ["alltoall"]
         yield finding(
             "DISPATCHER_GPU",

@@ -50,6 +50,9 @@ def layout_conflicts(ctx: Context) -> Iterator[Finding]:
             ("num_layers_in_last_pipeline_stage", c.num_layers_in_last_pipeline_stage),
             ("account_for_embedding_in_pipeline_split", c.account_for_embedding_in_pipeline_split or None),
             ("account_for_loss_in_pipeline_split", c.account_for_loss_in_pipeline_split or None),
+            # Megatron-LM refuses --num-virtual-stages-per-pipeline-rank next to a layout (arguments.py:893-905);
+            # Megatron Core and Bridge only require the two to agree (PP_LAYOUT_VPP_MISMATCH).
+            ("vpp", c.vpp if c.launcher == "megatron-lm" else None),
         )
         if value is not None
     ]

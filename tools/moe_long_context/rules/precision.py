@@ -77,11 +77,17 @@ def param_gather(ctx: Context) -> Iterator[Finding]:
     c = ctx.cfg
     if not c.fp8_param_gather:
         return
-    if not (precision_is_fp8(c.precision) or c.precision == "nvfp4") or not c.use_distributed_optimizer:
+    if not precision_is_fp8(c.precision):  # fp8_param needs fp8 mode, NVFP4 included
         yield finding(
             "PRECISION_PARAM_GATHER",
-            f"fp8_param_gather with precision={c.precision} and use_distributed_optimizer="
-            f"{c.use_distributed_optimizer}.",
-            "Use an FP8 precision and the distributed optimizer, or drop fp8_param_gather.",
-            ["fp8_param_gather", "precision", "use_distributed_optimizer"],
+            f"fp8_param_gather with precision={c.precision}: FP8 parameters need an FP8 recipe.",
+            "Use an FP8 precision, or drop fp8_param_gather.",
+            ["fp8_param_gather", "precision"],
+        )
+    elif not c.use_distributed_optimizer and c.launcher == "megatron-lm":  # Bridge has no such check
+        yield finding(
+            "PRECISION_PARAM_GATHER",
+            "fp8_param_gather without the distributed optimizer: Megatron-LM refuses it.",
+            "Set use_distributed_optimizer=true, or drop fp8_param_gather.",
+            ["fp8_param_gather", "use_distributed_optimizer"],
         )
