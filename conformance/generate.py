@@ -1028,7 +1028,8 @@ def _param_gather_nvfp4(rng, cfg):
 def _mxfp8_param_gather(rng, cfg):
     if cfg["launcher"] != "bridge":
         return None
-    cfg.update(precision="mxfp8", fp8_param_gather=True, gpu=rng.choice(("b200", "gb200")))
+    cfg.update(precision="mxfp8", fp8_param_gather=True, reuse_grad_buf_for_mxfp8_param_ag=False,
+               gpu=rng.choice(("b200", "gb200")))  # fmt: skip
     return cfg
 
 

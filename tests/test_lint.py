@@ -30,8 +30,7 @@ torchrun --nproc-per-node 8 --nnodes ${NODES} pretrain_gpt.py \
     --num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048 \
     --moe-shared-expert-intermediate-size 2048 --moe-layer-freq "([0]*3+[1]*58)" --mtp-num-layers 1 \
     --tensor-model-parallel-size 1 --context-parallel-size 32 --pipeline-model-parallel-size 8 \
-    --num-virtual-stages-per-pipeline-rank 4 --expert-model-parallel-size 32 \
-    --pipeline-model-parallel-layout 'Et|(tt|)*30mL' \
+    --expert-model-parallel-size 32 --pipeline-model-parallel-layout 'Et|(tt|)*30mL' \
     --seq-length 131072 --micro-batch-size 1 --global-batch-size 256 \
     --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep --moe-grouped-gemm \
     --bf16 --fp8-format e4m3 --fp8-recipe blockwise \

@@ -158,7 +158,10 @@ def test_bridge_full_iteration_graphs_need_the_nan_check_off():
 
 def test_bridge_mxfp8_param_gather_needs_buffer_reuse():
     """Bridge training/config.py:1348-1359: with fp8_param_gather and fp8_recipe mxfp8,
-    ``reuse_grad_buf_for_mxfp8_param_ag`` must be True (the engine has no such knob, so it reports the rule)."""
-    mx = dict(QWEN, gpu="b200", precision="mxfp8", fp8_param_gather=True)
+    ``reuse_grad_buf_for_mxfp8_param_ag`` must be True (Bridge's MXFP8 preset sets it, the engine's default)."""
+    mx = dict(
+        QWEN, gpu="b200", precision="mxfp8", fp8_param_gather=True, reuse_grad_buf_for_mxfp8_param_ag=False
+    )
     assert "PRECISION_PARAM_GATHER" in errors(mx)
+    assert "PRECISION_PARAM_GATHER" not in errors({**mx, "reuse_grad_buf_for_mxfp8_param_ag": True})
     assert "PRECISION_PARAM_GATHER" not in errors(mx, launcher="megatron-lm")

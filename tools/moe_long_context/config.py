@@ -221,6 +221,11 @@ class PrecisionArgs(_Args):
     fp8_param_gather: bool = Field(
         default=False, description="--fp8-param-gather (FP8 parameters all-gather)."
     )
+    reuse_grad_buf_for_mxfp8_param_ag: bool = Field(
+        default=True,
+        description="Reuse the gradient buffer for the MXFP8 parameter all-gather "
+        "(--reuse-grad-buf-for-mxfp8-param-ag); Bridge's bf16_with_mxfp8_mixed preset turns it on.",
+    )
 
 
 class RecomputeArgs(_Args):

@@ -277,6 +277,8 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
                if getattr(corrected_cfg, k) != getattr(cfg, k)}  # fmt: skip
     effective = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model",)}
     effective["model"] = model.id
+    # values in effect after the framework's own resolution
+    effective.update(vpp=ctx.vpp, etp=ctx.etp, sequence_parallel=ctx.sequence_parallel)
     if dialect == "megatron-lm":
         renames = _unknown_flag_fixes(original)
         fixes += [

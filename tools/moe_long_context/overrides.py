@@ -68,6 +68,8 @@ def megatron_args_for(cfg: TrainingConfig, model: ModelSpec | None = None) -> li
         if name not in TrainingConfig.model_fields or name in _NOT_SETTINGS:
             continue
         value = getattr(cfg, name)
+        if name == "vpp" and cfg.pipeline_layout is not None:
+            continue  # Megatron-LM derives VPP from the layout and refuses both
         if name == "precision" or value != defaults.get(name, _missing):
             tokens += megatron_tokens(name, value)
     return tokens

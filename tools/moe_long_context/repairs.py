@@ -40,7 +40,10 @@ def _split(ctx: Context) -> Patch:
     cleared = {"pipeline_layout": None, "account_for_embedding_in_pipeline_split": False,
                "account_for_loss_in_pipeline_split": False, "num_layers_in_first_pipeline_stage": None,
                "num_layers_in_last_pipeline_stage": None}  # fmt: skip
-    return {**cleared, **usable[0].settings}
+    settings = {**cleared, **usable[0].settings}
+    if "pipeline_layout" in usable[0].settings and ctx.cfg.launcher == "megatron-lm":
+        settings["vpp"] = None  # Megatron-LM derives VPP from the layout and refuses both
+    return settings
 
 
 def _gbs(ctx: Context) -> Patch:

@@ -91,3 +91,11 @@ def param_gather(ctx: Context) -> Iterator[Finding]:
             "Set use_distributed_optimizer=true, or drop fp8_param_gather.",
             ["fp8_param_gather", "use_distributed_optimizer"],
         )
+    elif c.precision == "mxfp8" and c.launcher == "bridge" and not c.reuse_grad_buf_for_mxfp8_param_ag:
+        yield finding(
+            "PRECISION_PARAM_GATHER",
+            "fp8_param_gather with MXFP8 in Megatron Bridge needs reuse_grad_buf_for_mxfp8_param_ag "
+            "(the bf16_with_mxfp8_mixed preset sets it).",
+            "Set mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true.",
+            ["fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag"],
+        )
