@@ -36,6 +36,50 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def render_wrapped_table(rows: list[dict[str, Any]], width: int = WIDTH) -> str:
+    """A table whose last column wraps onto continuation lines so the table stays within ``width``."""
+    cols = list(rows[0])
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lead = sum(widths[:-1]) + 2 * (len(cols) - 1)
+    widths[-1] = max(len(cols[-1]), min(widths[-1], width - lead))
+    out = [
+        "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
+    for row in cells:
+        tail = textwrap.wrap(row[-1], widths[-1]) or [""]
+        head = "  ".join(v.ljust(w) for v, w in zip(row[:-1], widths[:-1], strict=True))
+        out.append(f"{head}  {tail[0]}".rstrip())
+        out += [" " * (lead) + line for line in tail[1:]]
+    return "\n".join(out)
+
+
+def _nested_field(model: BaseModel) -> str | None:
+    """The name of a field holding a non-empty list of models, if the model has one."""
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, list) and value and isinstance(value[0], BaseModel):
+            return name
+    return None
+
+
+def _render_nested(items: list[BaseModel]) -> str:
+    """Each item as its scalar fields followed by its nested list of models as a table."""
+    blocks = []
+    for item in items:
+        nested = _nested_field(item)
+        lines = []
+        for name in type(item).model_fields:
+            if name != nested:
+                lines.append(("- " if not lines else "  ") + f"{name}: {_cell(getattr(item, name))}")
+        rows = [v.model_dump() for v in getattr(item, nested)]
+        lines.append(f"  {nested}:")
+        lines.append(textwrap.indent(render_wrapped_table(rows, WIDTH - 4), "    "))
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
 def _block(row: dict[str, Any]) -> str:
     lines = []
     for i, (key, value) in enumerate(row.items()):
@@ -74,6 +118,10 @@ def render_result(title: str, result: BaseModel) -> str:
         elif isinstance(value, BaseModel):
             for sub in type(value).model_fields:
                 scalars.append((f"{name}.{sub}", _cell(getattr(value, sub))))
+        elif (
+            isinstance(value, list) and value and isinstance(value[0], BaseModel) and _nested_field(value[0])
+        ):
+            tables.append(f"{name}:\n" + textwrap.indent(_render_nested(value), "  "))
         elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
             rows = [v.model_dump() for v in value]
             table = render_table(rows)

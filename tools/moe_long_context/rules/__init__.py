@@ -28,6 +28,7 @@ FAMILIES = (
     "moe",
     "precision",
     "optimizer",
+    "memory",
 )
 
 
