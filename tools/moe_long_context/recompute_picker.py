@@ -47,6 +47,13 @@ MIN_SAVING = 2**20  # a label that frees less than 1 MiB on the peak rank is not
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 CLEARED = dict.fromkeys(RECOMPUTE_KEYS)
 OFFLOAD_STEP = 0.05  # fractions are proposed in steps of 5 %
+SPLIT_CLEARED = {
+    "pipeline_layout": None,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "num_layers_in_first_pipeline_stage": None,
+    "num_layers_in_last_pipeline_stage": None,
+}
 
 
 class PickRecomputeRequest(TrainingConfig):
@@ -194,13 +201,18 @@ class Picker:
             if self.fits(best):
                 break
         if self.fits(best):
+            pruned = False
             for label in reversed(chosen[:-1]):
                 fewer = [x for x in chosen if x != label]
                 trial = self.trial(_selective(fewer))
                 if self.fits(trial):
-                    chosen = fewer
-                    best = trial
-                    self.gains = [g for g in self.gains if g.label != label]
+                    chosen, best, pruned = fewer, trial, True
+            if pruned:  # re-measure what each remaining label buys, in order
+                self.gains, previous = [], start
+                for i, label in enumerate(chosen):
+                    trial = best if i == len(chosen) - 1 else self.trial(_selective(chosen[: i + 1]))
+                    self._gain(label, previous.peak, trial)
+                    previous = trial
         return best
 
     def _full_trial(self, method: str, layers: int) -> Trial:
@@ -313,25 +325,27 @@ def _parallel_step(picker: Picker, best: Trial, key: str, note: str) -> NextStep
     if key == "tp" and ctx.cfg.sequence_parallel is False:
         settings["sequence_parallel"] = True
     if key == "pp":
-        proposals = propose_splits(ctx.model.num_layers, value, ctx.vpp, ctx.mtp_layers, limit=1)
-        if not proposals:
+        split = _pp_split(ctx, value)
+        if split is None:
             return None
-        settings.update(
-            {
-                "pipeline_layout": None,
-                "account_for_embedding_in_pipeline_split": False,
-                "account_for_loss_in_pipeline_split": False,
-                "num_layers_in_first_pipeline_stage": None,
-                "num_layers_in_last_pipeline_stage": None,
-                **proposals[0].settings,
-            }
-        )
+        settings.update(split)
     trial = picker.trial({**best.changes, **settings})
     if not trial.accepted:
         return None
     if "num_gpus" in settings:
         note += f"; needs {settings['num_gpus']} GPUs (DP/EDP cannot absorb it)"
-    return _step(picker, best, f"{key.upper()} {getattr(ctx.cfg, key)} -> {value}", settings, trial, note)
+    changed = {k: v for k, v in settings.items() if getattr(ctx.cfg, k) != v}
+    return _step(picker, best, f"{key.upper()} {getattr(ctx.cfg, key)} -> {value}", changed, trial, note)
+
+
+def _pp_split(ctx: Context, pp: int) -> dict[str, Any] | None:
+    """Split settings for a larger PP: the current VPP if the layers allow it, else fewer virtual stages."""
+    vpp = ctx.vpp or 1
+    for v in sorted({vpp, *(d for d in range(1, vpp) if vpp % d == 0)}, reverse=True):
+        proposals = propose_splits(ctx.model.num_layers, pp, v if v > 1 else None, ctx.mtp_layers, limit=1)
+        if proposals:
+            return {**SPLIT_CLEARED, "vpp": v if v > 1 else None, **proposals[0].settings}
+    return None
 
 
 def next_steps(picker: Picker, best: Trial) -> list[NextStep]:

@@ -83,7 +83,8 @@ def _render_nested(items: list[BaseModel]) -> str:
 def _block(row: dict[str, Any]) -> str:
     lines = []
     for i, (key, value) in enumerate(row.items()):
-        lines.append(("- " if i == 0 else "  ") + f"{key}: {_cell(value)}")
+        first = ("- " if i == 0 else "  ") + f"{key}: "
+        lines.append(textwrap.fill(_cell(value), WIDTH - 2, initial_indent=first, subsequent_indent="      "))
     return "\n".join(lines)
 
 
@@ -129,7 +130,8 @@ def render_result(title: str, result: BaseModel) -> str:
                 table = "\n".join(_block(row) for row in rows)
             tables.append(f"{name}:\n" + textwrap.indent(table, "  "))
         elif isinstance(value, list) and value and isinstance(value[0], str) and len(value) > 1:
-            tables.append(f"{name}:\n" + "\n".join(f"  - {v}" for v in value))
+            items = [textwrap.fill(v, WIDTH, initial_indent="  - ", subsequent_indent="    ") for v in value]
+            tables.append(f"{name}:\n" + "\n".join(items))
         else:
             scalars.append((name, _cell(value)))
     width = max((len(k) for k, _ in scalars), default=0)
