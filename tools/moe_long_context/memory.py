@@ -491,25 +491,32 @@ def memory_model(ctx: Context) -> MemoryModel | None:
     return MemoryModel(ranks=ranks, overhead_gib=overhead / GIB, assumptions=assumptions(ctx, sh))
 
 
+def optimizer_assumption(ctx: Context) -> str:
+    c = ctx.cfg
+    master, moments = master_and_moment_bytes(ctx)
+    text = (
+        f"Parameters BF16 (2 B); gradients {'FP32 (4 B)' if c.grad_reduce_in_fp32 else 'BF16 (2 B)'}; "
+        f"optimizer states {master} B master + {moments} B Adam moments per parameter"
+    )
+    if c.use_precision_aware_optimizer and c.optimizer_cpu_offload_fraction == 0:
+        text += " (precision-aware optimizer: BF16 moments, 16-bit remainders of the FP32 master)"
+    if c.use_distributed_optimizer:
+        text += ", sharded over DP x CP (dense weights) and EDP (routed experts) by the distributed optimizer"
+    else:
+        text += ", not sharded (no distributed optimizer)"
+    if c.optimizer_cpu_offload_fraction:
+        text += (
+            f"; {c.optimizer_cpu_offload_fraction:.0%} of them on the CPU (HybridDeviceOptimizer; its GPU share keeps "
+            "FP32 master and moments)"
+        )
+    return text + "."
+
+
 def assumptions(ctx: Context, sh: Shard) -> list[str]:
     c, m = ctx.cfg, ctx.model
     out = [
         "Per rank, bytes of every term are shown in GiB (2^30); the peak is the most loaded PP rank.",
-        "Parameters BF16 (2 B); gradients "
-        + ("FP32 (4 B)" if c.grad_reduce_in_fp32 else "BF16 (2 B)")
-        + "; optimizer FP32 master weights + Adam moments "
-        + ("in BF16 (precision-aware optimizer)" if c.use_precision_aware_optimizer else "in FP32")
-        + (
-            ", sharded over DP x CP (dense) and EDP (experts) by the distributed optimizer"
-            if c.use_distributed_optimizer
-            else ", not sharded (no distributed optimizer)"
-        )
-        + (
-            f"; {c.optimizer_cpu_offload_fraction:g} of them on the CPU"
-            if c.optimizer_cpu_offload_fraction
-            else ""
-        )
-        + ".",
+        optimizer_assumption(ctx),
         f"Activations per microbatch: {sh.tokens:,} tokens per CP rank ({c.seq_len:,} / CP {c.cp} x MBS {c.mbs})"
         + (f", sequence-parallel tensors / TP {c.tp}" if ctx.sequence_parallel else "")
         + "; fused (flash/cuDNN) attention keeps no s x s scores.",

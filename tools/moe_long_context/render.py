@@ -44,7 +44,7 @@ def render_wrapped_table(rows: list[dict[str, Any]], width: int = WIDTH) -> str:
     lead = sum(widths[:-1]) + 2 * (len(cols) - 1)
     widths[-1] = max(len(cols[-1]), min(widths[-1], width - lead))
     out = [
-        "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
+        "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip(),
         "  ".join("-" * w for w in widths),
     ]
     for row in cells:
