@@ -14,7 +14,8 @@ from .config import TrainingConfig
 from .context import Context, build_context
 from .errors import InputError
 from .findings import Finding, has_errors, sort_findings
-from .memory import GIB, MemoryModel, RankMemory, memory_model, overhead_gib
+from .memory import MemoryModel, RankMemory, memory_model, overhead_gib
+from .memory_terms import GIB
 from .rules import finding, run
 
 ESTIMATE_FAMILIES = (

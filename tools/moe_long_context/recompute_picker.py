@@ -22,7 +22,8 @@ from .context import Context, build_context
 from .errors import InputError
 from .estimate import memory_findings, require_seq_len
 from .findings import Finding, errors, sort_findings
-from .memory import GIB, memory_model
+from .memory import memory_model
+from .memory_terms import GIB
 from .pipeline import propose_splits
 from .rules import finding, run
 
