@@ -110,7 +110,9 @@ def test_pick_recompute_never_returns_a_label_or_combination_megatron_rejects(co
         "recompute_num_layers": r.recompute_num_layers,
     }
     # Whatever errors the configuration has without recompute may remain; the pick adds none.
-    assert _error_codes(chosen) <= _error_codes(cleared)
+    chosen_errors = _error_codes(chosen)
+    assert chosen_errors <= _error_codes(cleared)
+    assert r.valid == (not chosen_errors)
     if r.peak_gib_after is not None:
         again = estimate_memory(EstimateMemoryRequest(**chosen))
         assert again.peak_gib == r.peak_gib_after

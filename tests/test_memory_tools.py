@@ -317,3 +317,13 @@ def test_cli_pick_recompute(capsys):
 def test_cli_refuses_missing_gpu_for_pick(capsys):
     assert main(["pick-recompute", "--model", "qwen3-30b-a3b", "--num-gpus", "8", "--seq-len", "4096"]) == 2
     assert "gpu=None is not allowed" in capsys.readouterr().err
+
+
+def test_errors_unrelated_to_recompute_stay_visible_and_make_the_result_invalid(capsys):
+    # Capturing the whole MoE block needs drop-and-pad MoE: an error the pick cannot fix, and must not hide.
+    r = pick(**DSV3, cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe"])
+    assert not r.valid and "GRAPH_MOE_NEEDS_DROP_PAD" in codes(r, "error")
+    assert set(codes(r, "error")) == {"GRAPH_MOE_NEEDS_DROP_PAD"}
+    flags = [*LAYOUT_FLAGS, "--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", "moe"]
+    assert main(["pick-recompute", *flags]) == 1
+    assert "GRAPH_MOE_NEEDS_DROP_PAD" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from .config import TrainingConfig
 from .context import Context, build_context
 from .errors import InputError
 from .estimate import memory_findings, require_seq_len
-from .findings import Finding, errors, sort_findings
+from .findings import Finding, errors, has_errors, sort_findings
 from .memory import memory_model
 from .memory_terms import GIB
 from .pipeline import propose_splits
@@ -79,6 +79,9 @@ class NextStep(BaseModel):
 
 
 class PickRecomputeResult(BaseModel):
+    valid: bool = Field(
+        description="True when no finding is an error (Megatron would accept the configuration)."
+    )
     fits: bool = Field(description="The chosen setting's estimated peak fits the GPU.")
     recompute_granularity: str | None = Field(description="selective, full, or None (no recompute needed).")
     recompute_modules: list[str] = Field(description="Megatron Core 0.19 labels for selective recompute.")
@@ -116,7 +119,7 @@ class Trial:
 
     @property
     def accepted(self) -> bool:
-        return not self.new_errors and self.peak < math.inf
+        return not self.new_errors
 
 
 def _selective(labels: list[str]) -> dict[str, Any]:
@@ -421,6 +424,7 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
     if given is None:
         found = sort_findings([*run(ctx, PICK_FAMILIES), *memory_findings(ctx, None)])
         return PickRecomputeResult(
+            valid=not has_errors(found),
             fits=False,
             recompute_granularity=None,
             recompute_modules=[],
@@ -469,6 +473,7 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
     )
     findings = sort_findings(run(best.ctx, PICK_FAMILIES) + picker.findings)
     return PickRecomputeResult(
+        valid=not has_errors(findings),
         fits=picker.fits(best),
         recompute_granularity=c.recompute_granularity,
         recompute_modules=list(c.recompute_modules or []) if c.recompute_granularity == "selective" else [],
