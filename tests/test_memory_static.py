@@ -162,3 +162,5 @@ def test_fp8_keeps_a_quantized_copy_of_every_gemm_weight_unless_params_are_fp8()
     assert fp8["FP8 weight cache"] == pytest.approx(2 * gemm, rel=1e-12)  # row- and column-wise 1-byte copies
     fp8_params, _ = _static({**base, "precision": "fp8-blockwise", "fp8_param_gather": True}, 0)
     assert "FP8 weight cache" not in fp8_params
+    # FP8 parameters: 1-byte weights plus the column-wise copy for backward, the same 2 B as BF16 weights
+    assert fp8_params["parameters"] == bf16["parameters"]

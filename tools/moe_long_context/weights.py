@@ -87,6 +87,15 @@ def master_and_moment_bytes(ctx: Context) -> tuple[int, int]:
     return BF16, 2 * BF16
 
 
+def _parameter_basis(ctx: Context, total: float, gemm: float) -> str:
+    if ctx.cfg.fp8_param_gather and precision_is_quantized(ctx.cfg.precision):
+        return (
+            f"{total / 1e6:,.1f}M params x 2 B: {gemm / 1e6:,.1f}M GEMM weights kept in FP8 (1 B) plus the "
+            "column-wise/transposed copy TE builds for backward (1 B), the rest BF16"
+        )
+    return f"{total / 1e6:,.1f}M params x 2 B (BF16)"
+
+
 def static_terms(ctx: Context, p: RankParams) -> list[Term]:
     """Parameters, gradients, optimizer states (GPU share) and FP8 weight caches of one rank."""
     c = ctx.cfg
@@ -101,7 +110,7 @@ def static_terms(ctx: Context, p: RankParams) -> list[Term]:
     opt = (p.dense * state / d_dense + p.experts * state / d_exp) * on_gpu
     params_m = total / 1e6
     terms = [
-        Term("parameters", BF16 * total, f"{params_m:,.1f}M params x 2 B (BF16)"),
+        Term("parameters", BF16 * total, _parameter_basis(ctx, total, p.gemm)),
         Term(
             "gradients",
             grad * total,
