@@ -9,6 +9,10 @@ OK1 := ; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 # DeepSeek-V3 at 128K on 256 H100: the seeds' layout TP1 CP32 EP32 PP8 VPP4 with its published knobs.
 DSV3 := --model deepseek-v3 --gpu h100 --seq-len 131072
 DSV3_LAYOUT := $(DSV3) --num-gpus 256 --tp 1 --cp 32 --ep 32 --pp 8 --vpp 4 --gbs 256 --mbs 1
+# ... with the split Bridge's recipe uses, FP8 blockwise on Hopper, DeepEP, and the recipe's optimizer (precision-aware,
+# BF16 moments and gradients) and TE cross entropy.
+DSV3_RECIPE := $(DSV3_LAYOUT) --pipeline-layout 'Et|(tt|)*30mL' --dispatcher flex-deepep --precision fp8-blockwise \
+	--use-precision-aware-optimizer --no-grad-reduce-in-fp32 --cross-entropy-fusion te
 
 # Differential conformance suite: the engine against Megatron Core 0.19.2, Megatron-LM's training layer (shipped
 # in the megatron-core wheel) and Megatron Bridge 0.6.2, run on the CPU. The environment lives under build/ and is
@@ -46,6 +50,11 @@ run: $(VENV)/.run-installed
 	$(MOE) validate-cuda-graphs $(DSV3_LAYOUT) --dispatcher flex-deepep \
 		--precision fp8-blockwise --recompute-granularity selective --recompute-modules mla_up_proj,layernorm,moe,mlp \
 		--cuda-graph-impl transformer_engine --cuda-graph-modules attn,moe_router,moe_preprocess $(OK1)
+	@echo; echo "### 5. estimate_memory: the seeds' layout with its published recompute (real labels) and optimizer CPU offload"
+	$(MOE) estimate-memory $(DSV3_RECIPE) --recompute-granularity selective \
+		--recompute-modules mla_up_proj,layernorm,moe,mlp --optimizer-cpu-offload-fraction 1 $(OK1)
+	@echo; echo "### 6. pick_recompute: the same layout without recompute and without optimizer offload"
+	$(MOE) pick-recompute $(DSV3_RECIPE) $(OK1)
 
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check tools tests conformance

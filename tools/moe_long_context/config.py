@@ -22,6 +22,7 @@ CpCommType = Literal["p2p", "a2a", "a2a+p2p", "all_gather"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
 CudaGraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
 RecomputeGranularity = Literal["selective", "full"]
+CrossEntropyFusion = Literal["none", "native", "te"]
 RecomputeMethod = Literal["uniform", "block"]
 OffloadModule = Literal[
     "attn_norm",
@@ -316,10 +317,32 @@ class OptimizerArgs(_Args):
         description="Share of optimizer state offloaded to the CPU (--optimizer-cpu-offload "
         "--optimizer-offload-fraction F); 0 means no offload.",
     )
+    grad_reduce_in_fp32: bool = Field(
+        default=True,
+        description="FP32 main-gradient buffer (Bridge ddp.grad_reduce_in_fp32; Megatron-LM's default with "
+        "--bf16). False keeps BF16 gradients (--grad-reduce-in-bf16), as Bridge's DeepSeek-V3 recipes do.",
+    )
+
+
+class MemoryArgs(_Args):
+    overhead_gib: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1024.0,
+        description="Memory outside PyTorch's allocated tensors, in GiB: CUDA context, NCCL and library "
+        "workspaces, allocator fragmentation. Unset: the engine's stated default (see the result's assumptions).",
+    )
+    cross_entropy_fusion: CrossEntropyFusion = Field(
+        default="native",
+        description="Loss kernel: none (Megatron-LM default), native (--cross-entropy-loss-fusion; Bridge's "
+        "default) or te (--cross-entropy-fusion-impl te, Bridge's DeepSeek-V3 recipes). native and none keep "
+        "FP32 softmax logits per in-flight microbatch; te keeps the BF16 gradient in place.",
+    )
 
 
 class TrainingConfig(  # bases in reverse: pydantic lists the fields of the last base first
     LauncherArgs,
+    MemoryArgs,
     OptimizerArgs,
     DataArgs,
     CudaGraphArgs,

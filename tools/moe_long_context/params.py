@@ -36,7 +36,8 @@ def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
     """(TP-sharded weights, replicated weights) of one attention block, its input norm included."""
     h = spec.hidden_size
     n = spec.num_attention_heads
-    replicated = h  # input RMSNorm
+    norm = spec.norm_params_per_width
+    replicated = h * norm  # input norm
     if layer_type == "linear":
         nk, nv = spec.linear_num_key_heads or 0, spec.linear_num_value_heads or 0
         dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
@@ -44,18 +45,18 @@ def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
         in_proj = h * (2 * qk_dim + 2 * v_dim + 2 * nv)  # q, k, v, z and the b, a gates
         conv = (spec.linear_conv_kernel_dim or 0) * (2 * qk_dim + v_dim)
         out_proj = v_dim * h
-        replicated += 2 * nv + dv  # A_log, dt_bias, gated RMSNorm weight
+        replicated += 2 * nv + dv * norm  # A_log, dt_bias, gated norm weight
         return in_proj + conv + out_proj, replicated
     if spec.is_mla:
         dqk, dr, dv = spec.head_dim, spec.qk_pos_emb_head_dim or 0, spec.v_head_dim or 0
         kv_lora = spec.kv_lora_rank or 0
         if spec.q_lora_rank:
             q = h * spec.q_lora_rank + spec.q_lora_rank * n * (dqk + dr)
-            replicated += spec.q_lora_rank  # q_a_layernorm
+            replicated += spec.q_lora_rank * norm  # q_a_layernorm
         else:
             q = h * n * (dqk + dr)
         kv = h * (kv_lora + dr) + kv_lora * n * (dqk + dv)
-        replicated += kv_lora  # kv_a_layernorm
+        replicated += kv_lora * norm  # kv_a_layernorm
         proj = n * dv * h
         return q + kv + proj, replicated
     d, g = spec.head_dim, spec.num_query_groups
@@ -69,7 +70,7 @@ def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
     if spec.softmax_sinks:
         sharded += n
     if spec.qk_layernorm:
-        replicated += 2 * d
+        replicated += 2 * d * norm
     return sharded, replicated
 
 
@@ -84,7 +85,7 @@ def _ffn(spec: ModelSpec, width: int) -> int:
 def mlp_params(spec: ModelSpec, is_moe: bool) -> tuple[int, int, int, int]:
     """(TP-sharded dense/shared, routed experts, active routed experts, replicated) of one MLP block."""
     h = spec.hidden_size
-    replicated = h  # pre-MLP RMSNorm
+    replicated = h * spec.norm_params_per_width  # pre-MLP norm
     if not is_moe:
         return _ffn(spec, spec.ffn_hidden_size), 0, 0, replicated
     expert = _ffn(spec, spec.moe_ffn_hidden_size)
@@ -116,9 +117,16 @@ def mtp_layer_params(spec: ModelSpec) -> LayerParams:
         attention=last.attention + 2 * h * h,
         mlp=last.mlp,
         experts=last.experts,
-        replicated=last.replicated + 3 * h,
+        replicated=last.replicated + 3 * h * spec.norm_params_per_width,
         active_experts=last.active_experts,
     )
+
+
+def position_embedding_params(spec: ModelSpec) -> int:
+    """A learned absolute position table (first stage only); RoPE has no parameters."""
+    if spec.position_embedding_type != "learned_absolute":
+        return 0
+    return (spec.max_position_embeddings or 0) * spec.hidden_size
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,7 @@ class ModelParams:
 
     total: int  # decoder + embeddings + final norm, MTP excluded (as model cards count)
     active: int  # what one token passes through, embeddings included
-    embedding: int  # input embedding (+ output layer when untied)
+    embedding: int  # input embedding (+ output layer when untied, + learned position table)
     experts: int  # routed experts over all MoE layers
     mtp: int  # the MTP modules, not in total
 
@@ -135,7 +143,8 @@ class ModelParams:
 def model_params(spec: ModelSpec) -> ModelParams:
     layers = [layer_params(spec, i) for i in range(spec.num_layers)]
     embedding = spec.hidden_size * spec.vocab_size * (1 if spec.tie_embeddings else 2)
-    final_norm = spec.hidden_size
+    embedding += position_embedding_params(spec)
+    final_norm = spec.hidden_size * spec.norm_params_per_width
     total = sum(lp.total for lp in layers) + embedding + final_norm
     active = sum(lp.active for lp in layers) + embedding + final_norm
     experts = sum(lp.experts for lp in layers)

@@ -13,8 +13,10 @@ from pydantic import BaseModel
 
 from .budget import CheckDpBudgetRequest, CheckDpBudgetResult, check_dp_budget
 from .cp import SizeCpRequest, SizeCpResult, size_cp
+from .estimate import EstimateMemoryRequest, EstimateMemoryResult, estimate_memory
 from .graphs import ValidateCudaGraphsRequest, ValidateCudaGraphsResult, validate_cuda_graph_shapes
 from .lint import LintConfigRequest, LintConfigResult, lint_config
+from .recompute_picker import PickRecomputeRequest, PickRecomputeResult, pick_recompute
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,38 @@ TOOLS: tuple[Tool, ...] = (
         request=ValidateCudaGraphsRequest,
         result=ValidateCudaGraphsResult,
         fn=validate_cuda_graph_shapes,
+    ),
+    Tool(
+        name="estimate_memory",
+        command="estimate-memory",
+        title="Estimate per-rank GPU memory",
+        description=(
+            "Per-rank GPU memory of a full training configuration for the first, last and most loaded pipeline "
+            "stages, by component: BF16 parameters, gradients, optimizer states (distributed optimizer over DP x CP "
+            "and EDP, precision-aware optimizer, CPU offload), FP8 weight caches, activations per layer type (GQA, "
+            "MLA, Gated DeltaNet, dense MLP, MoE) with recompute and offload, in-flight microbatches under 1F1B and "
+            "interleaved 1F1B, MTP, logits, dispatcher buffers, CUDA-graph buffers and a stated overhead. Returns "
+            "peak_gib, whether it fits the GPU, and every assumption. Use it on any layout before recommending it."
+        ),
+        request=EstimateMemoryRequest,
+        result=EstimateMemoryResult,
+        fn=estimate_memory,
+    ),
+    Tool(
+        name="pick_recompute",
+        command="pick-recompute",
+        title="Pick activation recompute",
+        description=(
+            "The cheapest real Megatron Core 0.19 recompute setting that makes a configuration fit its GPU: "
+            "output-discarding layernorm, moe_act, mla_up_proj first, then mlp, shared_experts, moe, full recompute "
+            "last (with full_iteration graphs when graphs are on); never core_attn. Every candidate passes the "
+            "engine's rule checks. Returns the labels, peak before/after, the Megatron-Bridge keys and Megatron-LM "
+            "flags, and when nothing fits the next steps (optimizer CPU offload, more CP/TP, more PP, smaller MBS) "
+            "with the GiB each buys."
+        ),
+        request=PickRecomputeRequest,
+        result=PickRecomputeResult,
+        fn=pick_recompute,
     ),
     Tool(
         name="lint_config",

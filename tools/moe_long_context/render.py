@@ -36,10 +36,55 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def render_wrapped_table(rows: list[dict[str, Any]], width: int = WIDTH) -> str:
+    """A table whose last column wraps onto continuation lines so the table stays within ``width``."""
+    cols = list(rows[0])
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lead = sum(widths[:-1]) + 2 * (len(cols) - 1)
+    widths[-1] = max(len(cols[-1]), min(widths[-1], width - lead))
+    out = [
+        "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip(),
+        "  ".join("-" * w for w in widths),
+    ]
+    for row in cells:
+        tail = textwrap.wrap(row[-1], widths[-1]) or [""]
+        head = "  ".join(v.ljust(w) for v, w in zip(row[:-1], widths[:-1], strict=True))
+        out.append(f"{head}  {tail[0]}".rstrip())
+        out += [" " * (lead) + line for line in tail[1:]]
+    return "\n".join(out)
+
+
+def _nested_field(model: BaseModel) -> str | None:
+    """The name of a field holding a non-empty list of models, if the model has one."""
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, list) and value and isinstance(value[0], BaseModel):
+            return name
+    return None
+
+
+def _render_nested(items: list[BaseModel]) -> str:
+    """Each item as its scalar fields followed by its nested list of models as a table."""
+    blocks = []
+    for item in items:
+        nested = _nested_field(item)
+        lines = []
+        for name in type(item).model_fields:
+            if name != nested:
+                lines.append(("- " if not lines else "  ") + f"{name}: {_cell(getattr(item, name))}")
+        rows = [v.model_dump() for v in getattr(item, nested)]
+        lines.append(f"  {nested}:")
+        lines.append(textwrap.indent(render_wrapped_table(rows, WIDTH - 4), "    "))
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
 def _block(row: dict[str, Any]) -> str:
     lines = []
     for i, (key, value) in enumerate(row.items()):
-        lines.append(("- " if i == 0 else "  ") + f"{key}: {_cell(value)}")
+        first = ("- " if i == 0 else "  ") + f"{key}: "
+        lines.append(textwrap.fill(_cell(value), WIDTH - 2, initial_indent=first, subsequent_indent="      "))
     return "\n".join(lines)
 
 
@@ -74,6 +119,10 @@ def render_result(title: str, result: BaseModel) -> str:
         elif isinstance(value, BaseModel):
             for sub in type(value).model_fields:
                 scalars.append((f"{name}.{sub}", _cell(getattr(value, sub))))
+        elif (
+            isinstance(value, list) and value and isinstance(value[0], BaseModel) and _nested_field(value[0])
+        ):
+            tables.append(f"{name}:\n" + textwrap.indent(_render_nested(value), "  "))
         elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
             rows = [v.model_dump() for v in value]
             table = render_table(rows)
@@ -81,7 +130,8 @@ def render_result(title: str, result: BaseModel) -> str:
                 table = "\n".join(_block(row) for row in rows)
             tables.append(f"{name}:\n" + textwrap.indent(table, "  "))
         elif isinstance(value, list) and value and isinstance(value[0], str) and len(value) > 1:
-            tables.append(f"{name}:\n" + "\n".join(f"  - {v}" for v in value))
+            items = [textwrap.fill(v, WIDTH, initial_indent="  - ", subsequent_indent="    ") for v in value]
+            tables.append(f"{name}:\n" + "\n".join(items))
         elif isinstance(value, str) and "\n" in value:
             tables.append(f"{name}:\n" + textwrap.indent(value, "  "))
         elif isinstance(value, dict) and len(value) > 3:

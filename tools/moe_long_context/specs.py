@@ -9,21 +9,25 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AttentionKind = Literal["gqa", "mla"]
 AttentionLayerType = Literal["full", "sliding", "linear"]
+Normalization = Literal["RMSNorm", "LayerNorm"]
+PositionEmbedding = Literal["rope", "learned_absolute"]
 
 
 class ModelSpec(BaseModel):
-    """Architecture of one MoE language model, in Megatron Core's terms."""
+    """Architecture of one language model in Megatron Core's terms: an MoE model from the catalog, or a
+    dense Megatron GPT (family ``gpt``, ``num_experts=0``) built directly, e.g. for calibration tests."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(description="Catalog id, e.g. deepseek-v3; 'custom' for an inline config.json.")
     name: str = Field(description="Human-readable name.")
-    family: Literal["deepseek_v3", "qwen3_moe", "qwen3_next", "gpt_oss", "mixtral"] = Field(
-        description="Hugging Face architecture family the spec was converted from."
+    family: Literal["deepseek_v3", "qwen3_moe", "qwen3_next", "gpt_oss", "mixtral", "gpt"] = Field(
+        description="Hugging Face architecture family the spec was converted from; gpt for a plain "
+        "Megatron GPT spec built directly (the only family that may be dense)."
     )
     hf_repo: str | None = Field(default=None, description="Hugging Face repository of the config.json.")
     aliases: tuple[str, ...] = Field(default=(), description="Other names accepted for this model.")
@@ -41,6 +45,20 @@ class ModelSpec(BaseModel):
     )
     add_bias_linear: bool = Field(default=False, description="Linear layers carry biases (gpt-oss).")
     gated_linear_unit: bool = Field(default=True, description="SwiGLU-style MLPs (fc1 is 2 x ffn wide).")
+    normalization: Normalization = Field(
+        default="RMSNorm", description="Norm type: RMSNorm (weight only) or LayerNorm (weight and bias)."
+    )
+    position_embedding_type: PositionEmbedding = Field(
+        default="rope",
+        description="rope, or learned_absolute (a max_position_embeddings x hidden table on the first stage).",
+    )
+    hidden_dropout: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Dropout after attention and MLP (Megatron keeps a 1-byte mask per element when > 0). "
+        "0 for the catalog models (Bridge's Hugging Face conversions); Megatron-LM's own default is 0.1.",
+    )
 
     # Attention
     attention: AttentionKind = Field(description="gqa (incl. MHA) or mla (multi-latent attention).")
@@ -76,9 +94,11 @@ class ModelSpec(BaseModel):
     # MLP / MoE
     ffn_hidden_size: int = Field(gt=0, description="FFN width of the dense layers.")
     num_dense_layers: int = Field(default=0, ge=0, description="Leading dense (non-MoE) layers.")
-    num_experts: int = Field(gt=1, description="Routed experts per MoE layer.")
-    moe_router_topk: int = Field(gt=0, description="Experts each token is routed to.")
-    moe_ffn_hidden_size: int = Field(gt=0, description="FFN width of one routed expert.")
+    num_experts: int = Field(ge=0, description="Routed experts per MoE layer; 0 only for a dense gpt spec.")
+    moe_router_topk: int = Field(default=0, ge=0, description="Experts each token is routed to (0 if dense).")
+    moe_ffn_hidden_size: int = Field(
+        default=0, ge=0, description="FFN width of one routed expert (0 if dense)."
+    )
     moe_shared_expert_intermediate_size: int | None = Field(
         default=None, description="Total FFN width of the shared expert(s); None if there are none."
     )
@@ -91,18 +111,43 @@ class ModelSpec(BaseModel):
     published_active_params: float | None = Field(default=None, description="Published active parameters.")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each field came from.")
 
+    @model_validator(mode="after")
+    def _moe_fields_agree(self) -> ModelSpec:
+        if self.num_experts == 0:
+            if self.family != "gpt":
+                raise ValueError(
+                    f"num_experts=0 (dense) is only allowed for family 'gpt', not {self.family!r}"
+                )
+            return self
+        if self.num_experts < 2:
+            raise ValueError("num_experts must be 0 (dense) or at least 2")
+        if not 0 < self.moe_router_topk <= self.num_experts:
+            raise ValueError(f"moe_router_topk must be between 1 and num_experts={self.num_experts}")
+        if self.moe_ffn_hidden_size <= 0:
+            raise ValueError("moe_ffn_hidden_size must be positive for an MoE model")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
     @cached_property
     def moe_layers(self) -> tuple[bool, ...]:
         """Per decoder layer: True when the layer's MLP is an MoE layer."""
-        return tuple(i >= self.num_dense_layers for i in range(self.num_layers))
+        return tuple(self.is_moe and i >= self.num_dense_layers for i in range(self.num_layers))
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_layers - self.num_dense_layers
+        return sum(self.moe_layers)
 
     @property
     def all_layers_moe(self) -> bool:
-        return self.num_dense_layers == 0
+        return self.num_moe_layers == self.num_layers
+
+    @property
+    def norm_params_per_width(self) -> int:
+        """Parameters a norm of width w holds per element: 1 (RMSNorm weight) or 2 (LayerNorm weight, bias)."""
+        return 2 if self.normalization == "LayerNorm" else 1
 
     @property
     def is_mla(self) -> bool:

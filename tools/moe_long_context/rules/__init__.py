@@ -29,6 +29,7 @@ FAMILIES = (
     "precision",
     "optimizer",
     "launch",
+    "memory",
 )
 
 

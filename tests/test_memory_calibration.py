@@ -1,0 +1,255 @@
+"""The memory model against measured numbers: Megatron's functional-test goldens, Bridge's Moonlight study, and
+the seeds' published layouts on their GPUs.
+
+Measured values are PyTorch *allocated* peaks (torch.cuda.memory_stats), which exclude the CUDA context, NCCL
+buffers and allocator fragmentation, so those comparisons use overhead_gib=0. GB here is 1e9 bytes, as both
+sources report it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import error_codes
+from moe_long_context.config import RECOMPUTE_MODULES, TrainingConfig
+from moe_long_context.context import Context, build_context
+from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
+from moe_long_context.memory import memory_model
+from moe_long_context.recompute_picker import PickRecomputeRequest, pick_recompute
+from moe_long_context.rules import run
+from moe_long_context.specs import ModelSpec
+
+# --------------------------------------------------------------------------- dense 7B functional tests
+# Megatron-LM core_r0.19.0 tests/functional_tests/test_cases/gpt/gpt3_7b_{tp1_pp4,tp4_pp1}_memory_speed:
+# 32 layers, hidden 4096, 32 heads with 8 query groups, no --swiglu (GELU, ffn 4h = 16384), no
+# --normalization (LayerNorm), no --position-embedding-type (learned absolute, 8192 positions), biases on,
+# dropout 0.1, untied embeddings, vocab 131073, seq 8192, BF16, distributed optimizer, TE, 8 GPUs.
+GPT3_7B = ModelSpec(
+    id="gpt3-7b-functional-test",
+    name="GPT-3 7B (Megatron functional test)",
+    family="gpt",
+    num_layers=32,
+    hidden_size=4096,
+    vocab_size=131073,
+    tie_embeddings=False,
+    max_position_embeddings=8192,
+    add_bias_linear=True,
+    gated_linear_unit=False,
+    normalization="LayerNorm",
+    position_embedding_type="learned_absolute",
+    hidden_dropout=0.1,
+    attention="gqa",
+    num_attention_heads=32,
+    num_query_groups=8,
+    head_dim=128,
+    attention_layer_types=("full",) * 32,
+    ffn_hidden_size=16384,
+    num_experts=0,
+)
+
+
+def _gpt3_7b(**layout) -> float:
+    cfg = TrainingConfig(
+        model="gpt3-7b-functional-test",
+        launcher="megatron-lm",  # pads the vocabulary to 128 x TP
+        num_gpus=8,
+        seq_len=8192,
+        cross_entropy_fusion="none",  # no --cross-entropy-loss-fusion in the test
+        overhead_gib=0,  # the golden is PyTorch's allocated peak
+        **layout,
+    )
+    mm = memory_model(Context(cfg=cfg, model=GPT3_7B, gpu=None))
+    # Megatron logs memory on the last rank (tensorboard writer on rank world_size - 1: the last PP stage).
+    return mm.ranks[-1].total / 1e9
+
+
+@pytest.mark.parametrize(
+    ("layout", "measured_gb"),
+    [
+        # golden_values_dev_dgx_h100.json mem-max-allocated-bytes, iterations 2-25: 60720852992
+        (dict(tp=1, pp=4, vpp=8, mbs=1, gbs=8), 60.720852992),  # --num-layers-per-virtual-pipeline-stage 1
+        # 57143791616, TP4 without sequence parallelism
+        (dict(tp=4, pp=1, mbs=2, gbs=8, sequence_parallel=False), 57.143791616),
+    ],
+)
+def test_dense_7b_functional_test_goldens_within_10_percent(layout, measured_gb):
+    estimate = _gpt3_7b(**layout)
+    assert estimate == pytest.approx(measured_gb, rel=0.10)
+    # The model lands within 2 % today (60.15 vs 60.72, 56.90 vs 57.14 GB): keep it there.
+    assert estimate == pytest.approx(measured_gb, rel=0.02)
+
+
+# --------------------------------------------------------------------------- Moonlight-16B recompute table
+# Megatron Bridge skills/nemo-mbridge-perf-activation-recompute (study 2026-08-12): Moonlight-16B-A3B BF16
+# pretraining recipe (moonlight_16b_pretrain_8gpu_h100_bf16_config) on 8 H100, seq 4096, MBS1 GBS4, TP2 (SP)
+# PP1 CP1 EP8, alltoall dispatcher, precision-aware optimizer with BF16 moments and BF16 gradients,
+# shared-expert overlap, TE cross entropy. Peak allocated GB by recompute_modules.
+MOONLIGHT_ROWS = {
+    (): 36.618,
+    ("core_attn",): 36.614,
+    ("mla_up_proj",): 35.902,
+    ("mla_up_proj", "mlp"): 35.917,
+    ("moe_act",): 35.941,
+    ("layernorm", "moe_act"): 35.949,
+}
+MEASUREMENT_NOISE_GB = 0.05  # rows closer than this in the study are treated as ties
+
+
+def _moonlight(modules: tuple[str, ...]) -> float:
+    cfg = TrainingConfig(
+        model="moonlight-16b-a3b",
+        gpu="h100",
+        num_gpus=8,
+        seq_len=4096,
+        tp=2,
+        cp=1,
+        pp=1,
+        ep=8,
+        mbs=1,
+        gbs=4,
+        sequence_parallel=True,
+        use_precision_aware_optimizer=True,
+        grad_reduce_in_fp32=False,
+        moe_shared_expert_overlap=True,
+        cross_entropy_fusion="te",
+        overhead_gib=0,
+        recompute_granularity="selective",
+        recompute_modules=list(modules),
+    )
+    return memory_model(build_context(cfg)).ranks[0].total / 1e9
+
+
+MOONLIGHT = {modules: _moonlight(modules) for modules in MOONLIGHT_ROWS}
+CONTROL = ()
+
+
+@pytest.mark.parametrize("modules", [m for m in MOONLIGHT_ROWS if m != CONTROL and "layernorm" not in m])
+def test_moonlight_recompute_savings_within_half_a_gb(modules):
+    """What each label saves against the no-recompute control, estimated vs measured."""
+    measured = MOONLIGHT_ROWS[CONTROL] - MOONLIGHT_ROWS[modules]
+    estimated = MOONLIGHT[CONTROL] - MOONLIGHT[modules]
+    assert estimated == pytest.approx(measured, abs=0.5)
+
+
+def test_moonlight_same_ordering_where_the_study_tells_rows_apart():
+    rows = list(MOONLIGHT_ROWS)
+    for a in rows:
+        for b in rows:
+            if MOONLIGHT_ROWS[a] - MOONLIGHT_ROWS[b] > MEASUREMENT_NOISE_GB:
+                assert MOONLIGHT[a] > MOONLIGHT[b], (a, b)
+    # core_attn frees only the FP32 softmax statistics under fused attention (study: -0.01 %).
+    assert 0 < MOONLIGHT[CONTROL] - MOONLIGHT[("core_attn",)] < 0.01
+
+
+@pytest.mark.xfail(
+    strict=True, reason="known gap: layernorm recompute frees ~0.43 GB in the model, 0 in the study"
+)
+def test_moonlight_layernorm_row_within_half_a_gb():
+    measured = MOONLIGHT_ROWS[CONTROL] - MOONLIGHT_ROWS[("layernorm", "moe_act")]
+    estimated = MOONLIGHT[CONTROL] - MOONLIGHT[("layernorm", "moe_act")]
+    assert estimated == pytest.approx(measured, abs=0.5)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="known gap: absolute Moonlight peaks are ~6 GB above the tensor inventory"
+)
+@pytest.mark.parametrize("modules", list(MOONLIGHT_ROWS))
+def test_moonlight_absolute_peak_within_half_a_gb(modules):
+    assert MOONLIGHT[modules] == pytest.approx(MOONLIGHT_ROWS[modules], abs=0.5)
+
+
+# --------------------------------------------------------------------------- the seeds' layouts fit
+# DeepSeek-V3 as published for 128K/256K on H100: TP1 EP32 PP8 VPP4, FP8-class (fp8-blockwise on Hopper),
+# DeepEP, recompute up_proj/norm/moe/mlp (real labels), optimizer CPU offload; the Bridge DeepSeek-V3 recipe's
+# precision-aware optimizer (needed for the offload), BF16 gradients and TE cross entropy.
+DSV3_SEED = dict(
+    model="deepseek-v3",
+    gpu="h100",
+    tp=1,
+    ep=32,
+    pp=8,
+    vpp=4,
+    mbs=1,
+    gbs=256,
+    pipeline_layout="Et|(tt|)*30mL",
+    dispatcher="flex-deepep",
+    precision="fp8-blockwise",
+    use_precision_aware_optimizer=True,
+    grad_reduce_in_fp32=False,
+    cross_entropy_fusion="te",
+)
+DSV3_RECOMPUTE = dict(
+    recompute_granularity="selective",
+    recompute_modules=["mla_up_proj", "layernorm", "moe", "mlp"],
+    optimizer_cpu_offload_fraction=1.0,
+)
+DSV3_128K = dict(DSV3_SEED, seq_len=131072, num_gpus=256, cp=32)
+DSV3_256K = dict(DSV3_SEED, seq_len=262144, num_gpus=512, cp=64)
+# Qwen3-235B-A22B 128K on GB200: TP4 CP4 EP32 PP4 VPP12, HybridEP, recompute moe_act + norm, graphs
+# attn + moe_router + moe_preprocess; MXFP8 (the seed allows BF16 or MXFP8; BF16 is estimated not to fit);
+# Bridge's performance-recipe defaults (BF16 gradients, TE cross entropy).
+QWEN_128K = dict(
+    model="qwen3-235b-a22b",
+    gpu="gb200",
+    num_gpus=128,
+    seq_len=131072,
+    tp=4,
+    cp=4,
+    ep=32,
+    pp=4,
+    vpp=12,
+    mbs=1,
+    gbs=64,
+    sequence_parallel=True,
+    account_for_embedding_in_pipeline_split=True,
+    account_for_loss_in_pipeline_split=True,
+    dispatcher="flex-hybridep",
+    precision="mxfp8",
+    recompute_granularity="selective",
+    recompute_modules=["moe_act", "layernorm"],
+    cuda_graph_impl="transformer_engine",
+    cuda_graph_modules=["attn", "moe_router", "moe_preprocess"],
+    grad_reduce_in_fp32=False,
+    cross_entropy_fusion="te",
+)
+
+
+@pytest.mark.parametrize(
+    "config", [dict(DSV3_128K, **DSV3_RECOMPUTE), dict(DSV3_256K, **DSV3_RECOMPUTE), QWEN_128K], ids=str
+)
+def test_seed_layouts_fit_their_gpus(config):
+    r = estimate_memory(EstimateMemoryRequest(**config))
+    assert r.valid, error_codes(r)
+    assert r.fits and r.peak_gib <= r.usable_gib
+    assert "MEMORY_OVER_BUDGET" not in [f.code for f in r.findings]
+    # the stated overhead and the MoE assumptions are part of the answer
+    assert r.overhead_gib == 6.0
+    assert any("balanced routing" in a for a in r.assumptions)
+
+
+def test_qwen3_in_bf16_is_estimated_not_to_fit():
+    r = estimate_memory(EstimateMemoryRequest(**{**QWEN_128K, "precision": "bf16"}))
+    assert not r.fits and "MEMORY_OVER_BUDGET" in [f.code for f in r.findings]
+
+
+def test_dsv3_128k_without_offload_and_recompute_does_not_fit_and_pick_recompute_fixes_it():
+    bare = estimate_memory(EstimateMemoryRequest(**DSV3_128K))
+    assert bare.valid and not bare.fits and bare.peak_gib > 1.5 * bare.usable_gib
+    picked = pick_recompute(PickRecomputeRequest(**DSV3_128K))
+    assert picked.fits and picked.peak_gib_after <= picked.usable_gib
+    assert picked.peak_gib_before == bare.peak_gib
+    assert (
+        set(picked.recompute_modules) <= set(RECOMPUTE_MODULES)
+        and "core_attn" not in picked.recompute_modules
+    )
+    # Megatron accepts it: the chosen configuration has no error finding in any rule family.
+    chosen = TrainingConfig(
+        **DSV3_128K,
+        recompute_granularity=picked.recompute_granularity,
+        recompute_modules=picked.recompute_modules or None,
+        recompute_method=picked.recompute_method,
+        recompute_num_layers=picked.recompute_num_layers,
+    )
+    assert not [f for f in run(build_context(chosen)) if f.severity.value == "error"]
+    again = estimate_memory(EstimateMemoryRequest(**chosen.model_dump(exclude_unset=True)))
+    assert again.fits and again.peak_gib == picked.peak_gib_after
