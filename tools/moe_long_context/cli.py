@@ -76,6 +76,13 @@ def _run_tool(tool: Tool, ns: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise InputError.plain(describe_validation_error(exc, tool.request.model_fields)) from None
     result = tool.fn(request)
+    if getattr(ns, "report", None):
+        from pathlib import Path
+
+        from .report import render_plan_report
+
+        Path(ns.report).write_text(render_plan_report(request, result))
+        print(f"wrote {ns.report}", file=sys.stderr)
     if ns.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2))
     else:
@@ -187,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     for tool in TOOLS:
         p = sub.add_parser(tool.command, help=tool.title, description=tool.description)
         _add_tool_arguments(p, tool.request)
+        if tool.name == "plan_layout":
+            p.add_argument(
+                "--report", metavar="FILE", help="Also write a self-contained HTML report to FILE."
+            )
     p = sub.add_parser("models", help="List catalog models, or show one (moe-lc models deepseek-v3).")
     p.add_argument("id", nargs="?", help="A catalog id or alias, or a config.json path.")
     p.add_argument("--json", action="store_true")

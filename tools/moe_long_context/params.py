@@ -8,6 +8,7 @@ and the MTP block (``eh_proj`` plus two norms plus one transformer layer).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from .specs import ModelSpec
@@ -102,11 +103,30 @@ def mlp_params(spec: ModelSpec, is_moe: bool) -> tuple[int, int, int, int]:
     return shared, experts, active, replicated
 
 
-def layer_params(spec: ModelSpec, index: int) -> LayerParams:
-    """Parameters of decoder layer ``index`` (0-based)."""
+_TABLES: dict[int, tuple[weakref.ref, tuple[LayerParams, ...]]] = {}
+
+
+def _compute_layer(spec: ModelSpec, index: int) -> LayerParams:
     attn, attn_rep = attention_params(spec, spec.attention_layer_types[index])
     shared, experts, active, mlp_rep = mlp_params(spec, spec.moe_layers[index])
     return LayerParams(attn, shared, experts, attn_rep + mlp_rep, active)
+
+
+def layer_table(spec: ModelSpec) -> tuple[LayerParams, ...]:
+    """Every decoder layer's parameters, computed once per ModelSpec (planning asks for them thousands of
+    times); the cache holds a weak reference so a spec's entry never outlives it or serves another."""
+    entry = _TABLES.get(id(spec))
+    if entry is not None and entry[0]() is spec:
+        return entry[1]
+    table = tuple(_compute_layer(spec, i) for i in range(spec.num_layers))
+    key = id(spec)
+    _TABLES[key] = (weakref.ref(spec, lambda _ref: _TABLES.pop(key, None)), table)
+    return table
+
+
+def layer_params(spec: ModelSpec, index: int) -> LayerParams:
+    """Parameters of decoder layer ``index`` (0-based)."""
+    return layer_table(spec)[index]
 
 
 def mtp_layer_params(spec: ModelSpec) -> LayerParams:

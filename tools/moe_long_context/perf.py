@@ -46,8 +46,9 @@ ASSUMPTIONS = [
     "per-GPU link bandwidth of the catalog; a group wider than the NVLink domain runs at the network rate.",
     "TP with sequence parallelism: all-gather + reduce-scatter of [tokens, hidden] around attention and the "
     f"dense/shared MLP, fwd and bwd; {TP_OVERLAP:.0%} hidden behind GEMMs.",
-    "CP p2p: each rank exchanges K and V of its shard with every other CP rank (fwd, and twice in bwd); "
-    f"{CP_OVERLAP:.0%} hidden behind attention. a2a exchanges Q, K, V and O before/after attention, not hidden.",
+    "CP p2p (ring): K and V of every other shard stream past each rank (fwd, and K, V, dK, dV in bwd), "
+    f"{CP_OVERLAP:.0%} of it hidden behind attention; a2a exchanges Q, K, V and O by head before and after "
+    "attention, not hidden; a2a+p2p does a2a inside its first level and the ring over the second.",
     "The output layer (logits) runs in BF16 also when the transformer layers run FP8/FP4.",
     "EP: dispatch and combine of tokens x top-k x hidden (FP8 dispatch with quantized precision, BF16 combine), "
     "fwd and bwd; the share leaving a node crosses the network; dispatcher efficiency "
@@ -106,7 +107,15 @@ def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full
 def model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
     """Megatron's model FLOPs per token (fwd + bwd), including logits and MTP."""
     h = spec.hidden_size
-    fwd = sum(layer_flops_per_token(spec, i, seq, sliding_as_full=True) for i in range(spec.num_layers))
+    kinds: dict[tuple[str, bool], int] = {}
+    first: dict[tuple[str, bool], int] = {}
+    for i in range(spec.num_layers):
+        key = (spec.attention_layer_types[i], spec.moe_layers[i])
+        kinds[key] = kinds.get(key, 0) + 1
+        first.setdefault(key, i)
+    fwd = sum(
+        n * layer_flops_per_token(spec, first[key], seq, sliding_as_full=True) for key, n in kinds.items()
+    )
     last = spec.num_layers - 1
     fwd += mtp_layers * (layer_flops_per_token(spec, last, seq, sliding_as_full=True) + 2 * (2 * h * h))
     fwd += 2 * h * spec.vocab_size * (1 + mtp_layers)
@@ -176,15 +185,20 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
         layer_ranges = [list(range(r * per, min(m.num_layers, (r + 1) * per))) for r in range(c.pp)]
 
     tp_bw = _group_bandwidth(gpu, c.tp)
-    cp_bw = _group_bandwidth(gpu, c.cp, c.tp)
     ep_group = lay.ep * lay.etp
     a2a_eff = A2A_EFFICIENCY.get(c.dispatcher, 0.5)
     in_node = min(ep_group, gpu.nvlink_domain) / ep_group if ep_group > 1 else 1.0
     dispatch_bytes = 1 if c.precision != "bf16" else 2
 
-    def layer_time(i: int) -> dict[str, float]:
-        layer_type = m.attention_layer_types[i]
-        is_moe = m.moe_layers[i]
+    kinds: dict[tuple[str, bool], dict[str, float]] = {}
+
+    def kind_time(key: tuple[str, bool]) -> dict[str, float]:
+        """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree."""
+        if key not in kinds:
+            kinds[key] = _layer_time(*key)
+        return kinds[key]
+
+    def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
         attn_w, _ = attention_params(m, layer_type)
         shared, _, active, _ = mlp_params(m, is_moe)
         t: dict[str, float] = {}
@@ -207,15 +221,20 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
                 else m.num_attention_heads * (m.head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
             )
             kv_bytes = tokens * kv_width * bytes_act / c.tp
+            qo_bytes = tokens * m.num_attention_heads * (m.v_head_dim or m.head_dim) * 2 * bytes_act / c.tp
             comm = c.cp_comm_type or "p2p"
-            if comm == "a2a":
-                q_width = m.num_attention_heads * m.head_dim * 2 + kv_width
-                volume = 2 * tokens * q_width * bytes_act / c.tp * 3
-                t["cp_comm"] = volume / cp_bw
-            else:
-                volume = 3 * kv_bytes * (c.cp - 1)
-                hidden = min(t["attention"], volume / cp_bw) * CP_OVERLAP
-                t["cp_comm"] = volume / cp_bw - hidden
+            a2a, ring = {"a2a": (c.cp, 1), "p2p": (1, c.cp), "all_gather": (1, c.cp)}.get(comm, (1, c.cp))
+            if comm == "a2a+p2p":
+                a2a, ring = (tuple(c.hierarchical_cp_sizes) if c.hierarchical_cp_sizes else (1, c.cp))[:2]
+            cost = 0.0
+            if a2a > 1:  # Ulysses: Q, K, V scattered by head and O gathered back, fwd and bwd; not hidden
+                volume = 3 * (kv_bytes + qo_bytes) * (a2a - 1) / a2a
+                cost += volume / _group_bandwidth(gpu, a2a, c.tp)
+            if ring > 1:  # ring: K and V of every other shard stream past (dK, dV back in bwd)
+                volume = 3 * kv_bytes * (ring - 1)
+                seconds = volume / _group_bandwidth(gpu, ring, c.tp * a2a)
+                cost += seconds - min(t["attention"], seconds) * CP_OVERLAP
+            t["cp_comm"] = cost
         if is_moe and ep_group > 1:
             per_transfer = tokens_rank * m.moe_router_topk * h * (ep_group - 1) / ep_group
             volume = 2 * per_transfer * (dispatch_bytes + 2)  # fwd + bwd, dispatch + combine
@@ -231,15 +250,19 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     stage_terms = []
     for r, layers in enumerate(layer_ranges):
         terms: dict[str, float] = {}
+        counts: dict[tuple[str, bool], int] = {}
         for i in layers:
-            for k, v in layer_time(i).items():
-                terms[k] = terms.get(k, 0.0) + v
+            key = (m.attention_layer_types[i], m.moe_layers[i])
+            counts[key] = counts.get(key, 0) + 1
+        for key, count in counts.items():
+            for k, v in kind_time(key).items():
+                terms[k] = terms.get(k, 0.0) + v * count
         if r == c.pp - 1:
             logits = 3 * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
             terms["logits"] = logits / _gemm_rate(gpu, "bf16")  # the output layer stays in BF16
-            for _ in range(ctx.mtp_layers):
-                for k, v in layer_time(m.num_layers - 1).items():
-                    terms[k] = terms.get(k, 0.0) + v
+            last = (m.attention_layer_types[-1], m.moe_layers[-1])
+            for k, v in kind_time(last).items():
+                terms[k] = terms.get(k, 0.0) + v * ctx.mtp_layers
         stage_terms.append(terms)
         stage_times.append(sum(terms.values()))
     busiest = max(range(c.pp), key=lambda r: stage_times[r])

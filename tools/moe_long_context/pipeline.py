@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 MAX_LAYOUT_STAGES = 4096
@@ -124,7 +125,9 @@ def compress_layout(stages: list[str]) -> str:
     return "".join(parts)
 
 
+@lru_cache(maxsize=4096)
 def split_from_layout(text: str, pp: int, num_layers: int, mtp: int) -> SplitResult:
+    """Validate a layout string like Megatron (cached: treat the result as read-only)."""
     keys = ("pipeline_layout",)
     try:
         flat = parse_layout(text)
@@ -207,14 +210,12 @@ def split_pipeline(
     if layout is not None:
         result = split_from_layout(layout, pp, num_layers, mtp)
         if vpp is not None and result.vpp is not None and vpp != result.vpp and vpp > 1:
-            result.problems.append(
-                SplitProblem(
-                    "PP_LAYOUT_VPP_MISMATCH",
-                    f"vpp={vpp} but the layout has {result.vpp} virtual stages per PP rank",
-                    ("vpp", "pipeline_layout"),
-                )
+            mismatch = SplitProblem(
+                "PP_LAYOUT_VPP_MISMATCH",
+                f"vpp={vpp} but the layout has {result.vpp} virtual stages per PP rank",
+                ("vpp", "pipeline_layout"),
             )
-            result.split = None
+            return SplitResult(None, [*result.problems, mismatch], result.vpp)
         return result
 
     v = vpp or 1

@@ -16,6 +16,7 @@ from .cp import SizeCpRequest, SizeCpResult, size_cp
 from .estimate import EstimateMemoryRequest, EstimateMemoryResult, estimate_memory
 from .graphs import ValidateCudaGraphsRequest, ValidateCudaGraphsResult, validate_cuda_graph_shapes
 from .lint import LintConfigRequest, LintConfigResult, lint_config
+from .planner import PlanLayoutRequest, PlanLayoutResult, plan_layout
 from .recompute_picker import PickRecomputeRequest, PickRecomputeResult, pick_recompute
 
 
@@ -127,6 +128,22 @@ TOOLS: tuple[Tool, ...] = (
         request=LintConfigRequest,
         result=LintConfigResult,
         fn=lint_config,
+    ),
+    Tool(
+        name="plan_layout",
+        command="plan",
+        title="Plan a long-context MoE layout",
+        description=(
+            "From model, GPU, GPU count, sequence length (and optionally global batch, precision, dispatcher) to "
+            "ranked complete plans: TP/CP/PP/VPP/EP/ETP/MBS with a pipeline split Megatron accepts, cp_comm_type, "
+            "recompute chosen by pick_recompute, optimizer offload if needed, dispatcher and precision, each "
+            "passing every engine rule and fitting memory, with estimated memory per stage, model TFLOP/s per GPU "
+            "and MFU, the reasons for the ranking, and the Megatron-LM flags and Bridge overrides. Use it when a "
+            "user asks for a layout from scratch."
+        ),
+        request=PlanLayoutRequest,
+        result=PlanLayoutResult,
+        fn=plan_layout,
     ),
 )
 

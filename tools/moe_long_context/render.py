@@ -106,7 +106,11 @@ def render_findings(findings: list[Finding]) -> str:
 
 
 def render_result(title: str, result: BaseModel) -> str:
-    """Scalars as 'key: value', nested models flattened, lists of models as tables, findings last."""
+    """Scalars as 'key: value', nested models flattened, lists of models as tables, findings last.
+
+    A result that knows a better summary for people (``render_text()``) is shown that way instead."""
+    if hasattr(result, "render_text"):
+        return "\n".join([title, "=" * len(title), result.render_text(), render_findings(result.findings)])
     scalars: list[tuple[str, str]] = []
     tables: list[str] = []
     findings: list[Finding] = []

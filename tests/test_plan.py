@@ -1,0 +1,115 @@
+"""plan_layout: every plan passes the engine's rules and fits memory; the search is fast and explains itself."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from moe_long_context.config import TrainingConfig
+from moe_long_context.errors import InputError
+from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
+from moe_long_context.lint import LintConfigRequest, lint_config
+from moe_long_context.planner import PlanLayoutRequest, plan_layout
+from moe_long_context.report import render_plan_report
+
+
+def plan(**kw):
+    return plan_layout(PlanLayoutRequest(**kw))
+
+
+def _settings(p) -> dict:
+    return {k: v for k, v in p.settings.items() if k in TrainingConfig.model_fields}
+
+
+def assert_plan_is_sound(p, gpu: str, num_gpus: int):
+    """A plan lints clean in both dialects, and estimate_memory agrees that it fits."""
+    cfg = _settings(p)
+    mem = estimate_memory(EstimateMemoryRequest(**cfg))
+    assert mem.valid and mem.fits, (p.layout, [f.code for f in mem.findings])
+    assert abs(mem.peak_gib - p.memory.peak_gib) < 0.01
+    bridge = lint_config(LintConfigRequest(bridge_overrides=p.bridge_overrides, model=cfg["model"], gpu=gpu,
+                                           num_gpus=num_gpus))  # fmt: skip
+    assert bridge.valid, (
+        p.layout,
+        [(f.code, f.message) for f in bridge.findings if f.severity.value == "error"],
+    )
+    script = "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py " + " ".join(p.megatron_args)
+    lm = lint_config(LintConfigRequest(megatron_args=script, model=cfg["model"], gpu=gpu, num_gpus=num_gpus))
+    assert lm.valid, (p.layout, [(f.code, f.message) for f in lm.findings if f.severity.value == "error"])
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "num_gpus", "seq_len"),
+    [
+        ("deepseek-v3", "h100", 256, 131072),
+        ("qwen3-235b-a22b", "gb200", 128, 131072),
+        ("qwen3-30b-a3b", "h100", 16, 32768),
+    ],
+)
+def test_plans_are_sound_and_ranked(model, gpu, num_gpus, seq_len):
+    r = plan(model=model, gpu=gpu, num_gpus=num_gpus, seq_len=seq_len, top_n=3)
+    assert r.plans and r.feasible >= len(r.plans)
+    speeds = [p.throughput.tokens_per_s / p.settings["gbs"] for p in r.plans]
+    per_token = [p.throughput.step_s / (p.settings["gbs"] * seq_len) for p in r.plans]
+    assert per_token == sorted(per_token), speeds
+    for p in r.plans:
+        assert_plan_is_sound(p, gpu, num_gpus)
+        assert p.why and "TFLOP/s" in p.why[0]
+        assert 0 < p.throughput.mfu < 1
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model=st.sampled_from(
+        ["qwen3-30b-a3b", "gpt-oss-20b", "moonlight-16b-a3b", "mixtral-8x22b", "qwen3-235b-a22b"]
+    ),
+    gpu=st.sampled_from(["h100", "h200", "b200", "gb200"]),
+    num_gpus=st.sampled_from([16, 32, 64, 128]),
+    seq_len=st.sampled_from([8192, 32768, 65536]),
+)
+def test_every_plan_lints_clean_and_fits(model, gpu, num_gpus, seq_len):
+    try:
+        r = plan(model=model, gpu=gpu, num_gpus=num_gpus, seq_len=seq_len, top_n=2)
+    except InputError:
+        return  # no layout fits this job: refused with a reason, never a wrong plan
+    for p in r.plans:
+        assert_plan_is_sound(p, gpu, num_gpus)
+
+
+def test_bad_requests_are_refused():
+    with pytest.raises(InputError, match="precision"):
+        plan(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, precision="mxfp8")
+    with pytest.raises(InputError, match="num_gpus"):
+        plan(model="deepseek-v3", gpu="h100", num_gpus=3, seq_len=131072)
+
+
+def test_html_report_has_table_and_bars(tmp_path):
+    req = PlanLayoutRequest(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=3)
+    text = render_plan_report(req, plan_layout(req))
+    assert text.count('class="track"') == sum(1 for _ in text.split('class="stage"')[1:])
+    assert '<table class="plans">' in text and text.count("<tr>") == 4
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_report_renders_in_headless_chromium(tmp_path):
+    req = PlanLayoutRequest(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=2)
+    page = tmp_path / "plan.html"
+    page.write_text(render_plan_report(req, plan_layout(req)))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'u'}"]  # fmt: skip
+    dom = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert '<table class="plans">' in dom.stdout and dom.stdout.count('class="segment"') >= 8
+    shot = tmp_path / "plan.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)  # fmt: skip
+    assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
