@@ -151,6 +151,36 @@ def _rules(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve_command(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="Run the MCP server (stdio, or streamable HTTP with --http).",
+        description="Serve every tool, the catalogs, the rule table and the skill text over MCP: on stdio by "
+        "default, or as streamable HTTP at http://HOST:PORT/mcp with --http (DNS-rebinding protection on).",
+    )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="Serve streamable HTTP instead of stdio, e.g. 127.0.0.1:8765 (a bare PORT binds 127.0.0.1).",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Another Host header name to accept over HTTP (repeatable); loopback names are accepted "
+        "when bound to loopback.",
+    )
+    p.set_defaults(handler=_serve)
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from .server import serve  # imports the MCP SDK only when serving
+
+    serve(ns.http, ns.allowed_host)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moe-lc",
@@ -170,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("rules", help="List every rule the engine checks, with its source.")
     p.add_argument("--json", action="store_true")
+    _add_serve_command(sub)
     for extend in _EXTENSIONS:
         extend(sub)
     return parser
