@@ -10,7 +10,7 @@ OK1 := ; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 DSV3 := --model deepseek-v3 --gpu h100 --seq-len 131072
 DSV3_LAYOUT := $(DSV3) --num-gpus 256 --tp 1 --cp 32 --ep 32 --pp 8 --vpp 4 --gbs 256 --mbs 1
 
-.PHONY: run test lint clean
+.PHONY: run test check-node lint clean
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,14 +36,21 @@ run: $(VENV)/.run-installed
 		--precision fp8-blockwise --recompute-granularity selective --recompute-modules mla_up_proj,layernorm,moe,mlp \
 		--cuda-graph-impl transformer_engine --cuda-graph-modules attn,moe_router,moe_preprocess $(OK1)
 
+PY_DIRS := tools tests scripts
+
 test: $(VENV)/.dev-installed
-	$(BIN)/ruff check tools tests
-	$(BIN)/ruff format --check tools tests
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/pytest
 
+# Claude Code registration, MCP Inspector CLI and protocol conformance: npm packages cached under build/npm.
+# Each check is skipped, and says why, without Node.js or the npm registry.
+check-node: $(VENV)/.dev-installed
+	$(BIN)/pytest -m node -rs -v
+
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check --fix tools tests
-	$(BIN)/ruff format tools tests
+	$(BIN)/ruff check --fix $(PY_DIRS)
+	$(BIN)/ruff format $(PY_DIRS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

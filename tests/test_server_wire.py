@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from mcp import Client, StdioServerParameters
+from scripts.harness import http_server
 
 from moe_long_context.registry import TOOLS
 from server_cases import BAD_CALLS, VALID_CALLS
@@ -83,38 +82,10 @@ def test_stdio_survives_lines_that_are_not_json_rpc():
     assert answers[2]["error"]["code"] == -32602  # arguments that are not an object: invalid params
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [*SERVER, "--http", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the HTTP server exited with {proc.returncode}: {proc.stderr.read()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("the HTTP server did not listen within 30 s")
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with http_server() as url:
+        yield url
 
 
 async def test_http_server(http_url):
