@@ -36,7 +36,7 @@ run: $(VENV)/.run-installed
 		--precision fp8-blockwise --recompute-granularity selective --recompute-modules mla_up_proj,layernorm,moe,mlp \
 		--cuda-graph-impl transformer_engine --cuda-graph-modules attn,moe_router,moe_preprocess $(OK1)
 
-PY_DIRS := tools tests scripts
+PY_DIRS := tools tests scripts benchmarks
 
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check $(PY_DIRS)
