@@ -59,8 +59,9 @@ def npm_install(spec: str) -> Path:
     env = {**os.environ, "npm_config_update_notifier": "false"}
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, env=env)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        message = f"npm install {spec} failed: " + " | ".join(tail)
+        lines = [line.removeprefix("npm error").strip() for line in (proc.stderr or proc.stdout).splitlines()]
+        summary = [line for line in lines if line.startswith(("code ", "FetchError", "404", "notarget"))]
+        message = f"npm install {spec} failed: " + " | ".join(summary[:3] or lines[-3:])
         if any(word in message for word in NETWORK_ERRORS):
             raise Unavailable(message + " (no network to the npm registry?)")
         raise CheckFailed(message)
