@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Faces that add sub-commands of their own (server, evals) register here.
+# Other faces that add sub-commands of their own (evals, ...) register here.
 _EXTENSIONS: list = []
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from functools import cache
 from typing import Any
 
 import anyio
@@ -29,9 +30,9 @@ from pydantic import ValidationError
 from . import __version__
 from .errors import InputError, describe_validation_error
 from .registry import TOOLS, TOOLS_BY_NAME, Tool
-from .server_content import INSTRUCTIONS, add_completions, add_prompts, add_resources
+from .server_content import INSTRUCTIONS, SKILL_NAME, add_completions, add_prompts, add_resources
 
-SERVER_NAME = "nemo-mbridge-perf-moe-long-context"
+SERVER_NAME = SKILL_NAME
 MAX_ARGUMENTS_BYTES = 256 * 1024  # a request is a few hundred bytes; an inline config.json a few KiB
 MAX_HTTP_BODY_BYTES = 1024 * 1024
 TOOL_TIME_LIMIT_S = 30.0  # every tool answers in milliseconds; this only guards against an engine bug
@@ -43,6 +44,7 @@ READ_ONLY = ToolAnnotations(
 logger = logging.getLogger(__name__)
 
 
+@cache
 def tool_definition(tool: Tool) -> MCPTool:
     """The MCP description of a registry tool: flat input schema, result schema, read-only annotations."""
     return MCPTool(
