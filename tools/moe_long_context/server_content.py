@@ -1,6 +1,6 @@
 """What the MCP server offers besides tools: resources (catalogs, rule table, layouts, skill) and a prompt.
 
-Every text here is built from the engine's own data, so it cannot disagree with the tools.
+Listings come from the engine itself (catalogs, rule table, layouts, registry), so they match the tools.
 """
 
 from __future__ import annotations
