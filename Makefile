@@ -25,7 +25,7 @@ CONF_PIP := $(CONF)/venv/bin/pip --quiet --disable-pip-version-check
 MCORE_WHEEL := megatron-core==0.19.2
 BRIDGE_WHEEL := megatron-bridge==0.6.2
 
-.PHONY: run test lint clean conformance
+.PHONY: run test check-node lint clean conformance
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,14 +56,21 @@ run: $(VENV)/.run-installed
 	@echo; echo "### 6. pick_recompute: the same layout without recompute and without optimizer offload"
 	$(MOE) pick-recompute $(DSV3_RECIPE) $(OK1)
 
+PY_DIRS := tools tests scripts benchmarks conformance
+
 test: $(VENV)/.dev-installed
-	$(BIN)/ruff check tools tests conformance
-	$(BIN)/ruff format --check tools tests conformance
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/pytest
 
+# Claude Code registration, MCP Inspector CLI and protocol conformance: npm packages cached under build/npm.
+# Each check is skipped, and says why, without Node.js or the npm registry.
+check-node: $(VENV)/.dev-installed
+	$(BIN)/pytest -m node -rs -v
+
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check --fix tools tests conformance
-	$(BIN)/ruff format tools tests conformance
+	$(BIN)/ruff check --fix $(PY_DIRS)
+	$(BIN)/ruff format $(PY_DIRS)
 
 $(CONF)/.ready: Makefile
 	rm -rf $(CONF)/venv $(CONF)/dl $(CONF)/mcore $(CONF)/bridge

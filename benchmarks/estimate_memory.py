@@ -13,9 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_memory_calibration import DSV3_128K, DSV3_RECOMPUTE, QWEN_128K  # noqa: E402
-
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory  # noqa: E402
+from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
+from test_memory_calibration import DSV3_128K, DSV3_RECOMPUTE, QWEN_128K
 
 CASES = {
     "DeepSeek-V3 128K, 256 H100, PP8 x VPP4": dict(DSV3_128K, **DSV3_RECOMPUTE),

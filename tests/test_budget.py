@@ -203,3 +203,12 @@ def test_pipeline_layout_conflicts_with_other_split_flags():
 def test_layout_vpp_mismatch():
     r = budget(**{**DSV3_128K, "vpp": 2}, gbs=64, pipeline_layout="Et|(tt|)*30mL")
     assert "PP_LAYOUT_VPP_MISMATCH" in error_codes(r)
+
+
+def test_alternatives_that_no_request_could_carry_are_left_out():
+    """MBS 4096 on 8192 GPUs: filling the pipeline would need a gbs beyond the field's bound."""
+    asked = dict(model="deepseek-v3", num_gpus=8192, mbs=4096, pipeline_layout="")
+    result = budget(**asked)
+    assert not result.valid
+    for alternative in result.alternatives:  # each one can be sent back as a request
+        CheckDpBudgetRequest(**{**asked, **alternative.settings})

@@ -161,3 +161,27 @@ def test_bad_config_path_is_an_input_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(InputError, match="valid JSON"):
         load_model(str(bad))
+
+
+@pytest.mark.parametrize(
+    ("family", "key", "value", "message"),
+    [
+        (
+            "mixtral",
+            "num_attention_heads",
+            0,
+            "model.num_attention_heads=0 is not allowed: an integer from 1",
+        ),
+        ("qwen3_moe", "hidden_size", "4096", "model.hidden_size='4096' is not allowed"),
+        ("deepseek_v3", "num_hidden_layers", 3_000_000_000, "model.num_hidden_layers=3000000000"),
+        ("qwen3_next", "full_attention_interval", 0, "model.full_attention_interval=0"),
+        ("deepseek_v3", "n_shared_experts", [1], "model.n_shared_experts=[1]"),
+        ("gpt_oss", "layer_types", 7, "model.layer_types=7 is not allowed: a list of layer type names"),
+    ],
+)
+def test_hf_config_values_the_converter_computes_with_are_checked_first(family, key, value, message):
+    """A mistyped or hostile number is refused by key, not raised inside the arithmetic (or allocated)."""
+    cfg = {"model_type": family, "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.raises(InputError) as err:
+        load_model({**cfg, key: value})
+    assert message in str(err.value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from .config import (
     BatchArgs,
@@ -206,7 +206,10 @@ def nearest_alternatives(ctx: Context, limit: int = 4) -> list[Alternative]:
             continue
         dp = world // (tp * cp * pp)
         settings = _batch_fix(ctx, settings, dp, settings.get("vpp", vpp), pp)
-        trial = TrainingConfig(**{**base, **settings})
+        try:
+            trial = TrainingConfig(**{**base, **settings})
+        except ValidationError:
+            continue  # e.g. the batch fix needs a gbs beyond what a request may carry: not an alternative
         trial_ctx = Context(cfg=trial, model=ctx.model, gpu=ctx.gpu)
         if has_errors(run(trial_ctx, BUDGET_FAMILIES)):
             continue

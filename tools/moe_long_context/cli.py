@@ -182,6 +182,36 @@ def _docs(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve_command(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="Run the MCP server (stdio, or streamable HTTP with --http).",
+        description="Serve every tool, the catalogs, the rule table and the skill text over MCP: on stdio by "
+        "default, or as streamable HTTP at http://HOST:PORT/mcp with --http (DNS-rebinding protection on).",
+    )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="Serve streamable HTTP instead of stdio, e.g. 127.0.0.1:8765 (a bare PORT binds 127.0.0.1).",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Another Host header name to accept over HTTP (repeatable); loopback names are accepted "
+        "when bound to loopback.",
+    )
+    p.set_defaults(handler=_serve)
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from .server import serve  # imports the MCP SDK only when serving
+
+    serve(ns.http, ns.allowed_host)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moe-lc",
@@ -212,12 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--check", metavar="DIR", help="Exit 1 when the pages in DIR differ from the generated ones."
     )
+    _add_serve_command(sub)
     for extend in _EXTENSIONS:
         extend(sub)
     return parser
 
 
-# Faces that add sub-commands of their own (server, evals) register here.
+# Other faces that add sub-commands of their own (evals, ...) register here.
 _EXTENSIONS: list = []
 
 

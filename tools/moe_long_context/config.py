@@ -9,7 +9,7 @@ description so a user can map them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -170,7 +170,7 @@ class ContextParallelArgs(_Args):
         default=None,
         description="--cp-comm-type: p2p (ring), a2a (Ulysses), a2a+p2p (hierarchical), all_gather.",
     )
-    hierarchical_cp_sizes: list[int] | None = Field(
+    hierarchical_cp_sizes: list[Annotated[int, Field(ge=1, le=MAX_GPUS)]] | None = Field(
         default=None,
         min_length=1,
         max_length=8,

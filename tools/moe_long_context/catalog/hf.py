@@ -27,6 +27,34 @@ FAMILY_BY_MODEL_TYPE = {
 }
 
 
+# config.json keys the converters compute with (multiply, divide, count layers) before ModelSpec validates
+# anything, with the range a real model stays within. Checked first, so a mistyped or hostile value is
+# refused by key instead of raising inside the arithmetic or allocating a per-layer tuple of its size.
+_ARITHMETIC_KEYS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 10_000),
+    "hidden_size": (1, 1 << 20),
+    "num_attention_heads": (1, 1 << 16),
+    "moe_intermediate_size": (1, 1 << 24),
+    "n_shared_experts": (0, 1 << 10),
+    "n_group": (0, 1 << 16),
+    "full_attention_interval": (1, 10_000),
+}
+
+
+def _check_arithmetic_keys(cfg: Mapping[str, Any]) -> None:
+    for key, (low, high) in _ARITHMETIC_KEYS.items():
+        value = cfg.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+        ):
+            raise InputError(f"model.{key}", value, f"an integer from {low} to {high}")
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None and not (
+        isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)
+    ):
+        raise InputError("model.layer_types", layer_types, "a list of layer type names")
+
+
 class _Reader:
     """Reads config.json keys and remembers which key fed which spec field."""
 
@@ -241,6 +269,7 @@ def spec_from_hf_config(
         )
     if hf_repo:
         origin = f"https://huggingface.co/{hf_repo}/blob/main/config.json"
+    _check_arithmetic_keys(cfg)
     reader = _Reader(cfg, origin)
     try:
         CONVERTERS[family](reader)

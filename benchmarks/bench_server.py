@@ -1,0 +1,111 @@
+"""Latency of the MCP server over stdio: cold start, and p50/p99 of tool calls from a client.
+
+Cold start: spawn ``python -m moe_long_context.server``, complete the initialize handshake and list the
+tools; the time until the list arrives (interpreter start and imports included). Tool calls: one stdio
+session, a warm-up, then ``--calls`` sequential calls per tool, each timed from request to result in the
+SDK client. Each tool gets the arguments of the representative DeepSeek-V3 128K layout that it accepts.
+
+Run: python benchmarks/bench_server.py [--calls 1000] [--starts 10] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from moe_long_context.registry import TOOLS
+from moe_long_context.representative import representative_layouts
+
+SERVER = StdioServerParameters(command=sys.executable, args=["-m", "moe_long_context.server"])
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def tool_arguments() -> dict[str, dict]:
+    config = representative_layouts()[0].config
+    calls = {}
+    for tool in TOOLS:
+        fields = tool.request.model_fields
+        if all(name in config for name, field in fields.items() if field.is_required()):
+            calls[tool.name] = {k: v for k, v in config.items() if k in fields}
+    return calls
+
+
+async def cold_start() -> float:
+    started = time.perf_counter()
+    async with Client(SERVER, mode="legacy") as client:
+        await client.list_tools()
+        return time.perf_counter() - started
+
+
+async def call_latencies(calls: int) -> dict[str, list[float]]:
+    out = {}
+    async with Client(SERVER, mode="legacy") as client:
+        for name, arguments in tool_arguments().items():
+            for _ in range(max(10, calls // 10)):  # warm-up
+                await client.call_tool(name, arguments)
+            samples = []
+            for _ in range(calls):
+                started = time.perf_counter()
+                result = await client.call_tool(name, arguments)
+                samples.append(time.perf_counter() - started)
+                if result.is_error:
+                    raise SystemExit(f"{name} answered with an error: {result.content[0].text}")
+            out[name] = samples
+    return out
+
+
+async def measure(calls: int, starts: int) -> dict:
+    starts_s = [await cold_start() for _ in range(starts)]
+    report = {
+        "cold_start_ms": {
+            "median": statistics.median(starts_s) * 1e3,
+            "max": max(starts_s) * 1e3,
+            "runs": starts,
+        },
+        "tool_call_ms": {},
+    }
+    for name, samples in (await call_latencies(calls)).items():
+        report["tool_call_ms"][name] = {
+            "p50": percentile(samples, 0.50) * 1e3,
+            "p99": percentile(samples, 0.99) * 1e3,
+            "calls": len(samples),
+        }
+    return report
+
+
+def print_report(report: dict) -> None:
+    cold = report["cold_start_ms"]
+    print(
+        f"cold start (spawn to tools/list), {cold['runs']} runs: median {cold['median']:.0f} ms, max {cold['max']:.0f} ms"
+    )
+    print(f"{'tool call over stdio':32} {'p50 ms':>8} {'p99 ms':>8} {'calls':>6}")
+    for name, row in report["tool_call_ms"].items():
+        print(f"{name:32} {row['p50']:8.2f} {row['p99']:8.2f} {row['calls']:6d}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000, help="timed calls per tool")
+    parser.add_argument("--starts", type=int, default=10, help="cold starts to time")
+    parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    args = parser.parse_args(argv)
+    report = anyio.run(measure, args.calls, args.starts)
+    print_report(report)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Tool calls shared by the in-process, stdio and HTTP server tests: valid ones with their checked values,
+and bad ones with the words the error must contain."""
+
+from __future__ import annotations
+
+from moe_long_context.representative import representative_layouts
+
+DSV3_128K = next(lay for lay in representative_layouts() if lay.id == "deepseek-v3-128k-h100").config
+QWEN3_128K = next(lay for lay in representative_layouts() if lay.id == "qwen3-235b-a22b-128k-gb200").config
+
+
+def only(config: dict, *keys: str) -> dict:
+    return {k: config[k] for k in keys if k in config}
+
+
+LAYOUT_KEYS = (
+    "model",
+    "gpu",
+    "num_gpus",
+    "seq_len",
+    "tp",
+    "cp",
+    "ep",
+    "pp",
+    "vpp",
+    "pipeline_layout",
+    "mbs",
+    "gbs",
+)
+
+# (tool, arguments, expected values in structuredContent)
+VALID_CALLS = [
+    (
+        "size_cp",
+        {"model": "deepseek-v3", "gpu": "h100", "seq_len": 131072},
+        {"cp": 32, "tokens_per_rank": 4096, "tokens_per_shard": 4096},
+    ),
+    (
+        "check_dp_budget",
+        only(DSV3_128K, *LAYOUT_KEYS),
+        {"valid": True, "dp": 1, "edp": 1, "num_microbatches": 64, "min_gpus": 256, "vpp": 4},
+    ),
+    (
+        "validate_cuda_graph_shapes",
+        {
+            **only(QWEN3_128K, *LAYOUT_KEYS, "sequence_parallel", "dispatcher", "precision"),
+            **only(
+                QWEN3_128K,
+                "recompute_granularity",
+                "recompute_modules",
+                "cuda_graph_impl",
+                "cuda_graph_modules",
+            ),
+        },
+        {
+            "valid": True,
+            "microbatches_captured": 32,
+            "cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"],
+        },
+    ),
+]
+
+DSV3_NO_RECOMPUTE = {
+    k: v
+    for k, v in DSV3_128K.items()
+    if k not in ("recompute_granularity", "recompute_modules", "optimizer_cpu_offload_fraction")
+}
+QWEN3_OVERRIDES = [
+    "model.tensor_model_parallel_size=4",
+    "model.context_parallel_size=4",
+    "model.expert_model_parallel_size=32",
+    "model.pipeline_model_parallel_size=4",
+    "model.virtual_pipeline_model_parallel_size=12",
+    "model.account_for_embedding_in_pipeline_split=true",
+    "model.account_for_loss_in_pipeline_split=true",
+    "model.sequence_parallel=true",
+    "model.seq_length=131072",
+    "train.global_batch_size=64",
+    "mixed_precision=bf16_with_mxfp8_mixed",
+    "model.recompute_modules=[moe_act,norm]",
+    "model.recompute_granularity=selective",
+]
+VALID_CALLS += [
+    # the seed layout with its published recompute and offload: 52.863 GiB of 79.11 (tests/test_memory_*.py)
+    ("estimate_memory", DSV3_128K, {"valid": True, "fits": True, "peak_gib": 52.863, "usable_gib": 79.11}),
+    # without recompute and offload it needs 152.1 GiB; three labels bring it to 76.9
+    (
+        "pick_recompute",
+        DSV3_NO_RECOMPUTE,
+        {
+            "fits": True,
+            "recompute_granularity": "selective",
+            "recompute_modules": ["layernorm", "mla_up_proj", "moe"],
+            "peak_gib_before": 152.129,
+            "peak_gib_after": 76.925,
+        },
+    ),
+    # the informal label 'norm' is an error Megatron raises; the corrected overrides say layernorm
+    (
+        "lint_config",
+        {"bridge_overrides": QWEN3_OVERRIDES, "model": "qwen3-235b-a22b", "gpu": "gb200", "num_gpus": 128},
+        {"valid": False, "model": "qwen3-235b-a22b", "remaining_errors": [], "dialect": "bridge"},
+    ),
+    (
+        "plan_layout",
+        {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 32768, "top_n": 1},
+        {"evaluated": 1, "feasible": 1},
+    ),
+]
+
+# (tool, arguments, words the isError text must contain)
+BAD_CALLS = [
+    ("size_cp", {"model": "deepseek-v3", "seq_len": -1}, ["seq_len=-1", "greater than or equal to 1"]),
+    (
+        "size_cp",
+        {"model": "dsv4", "seq_len": 8192},
+        ["model='dsv4' is not allowed", "did you mean 'deepseek-v3'"],
+    ),
+    (
+        "size_cp",
+        {"model": "dsv3", "seq_len": 8192, "sequnce_len": 1},
+        ["sequnce_len", "did you mean 'seq_len'"],
+    ),
+    ("check_dp_budget", {"model": "dsv3"}, ["num_gpus is required"]),
+    (
+        "check_dp_budget",
+        {"model": "dsv3", "num_gpus": 8, "gpu": "a100"},
+        ["gpu='a100' is not allowed", "h100"],
+    ),
+    ("check_dp_budget", {"model": "dsv3", "num_gpus": 8, "tp": "two"}, ["tp='two' is not allowed"]),
+    (
+        "validate_cuda_graph_shapes",
+        {"model": "dsv3", "seq_len": 8192, "cuda_graph_impl": "cudnn"},
+        ["cuda_graph_impl='cudnn' is not allowed", "transformer_engine"],
+    ),
+]

@@ -1,0 +1,46 @@
+"""Representative layouts (data/layouts.yaml): each passes the engine with the DP/EDP it states."""
+
+from __future__ import annotations
+
+import pytest
+
+from moe_long_context.budget import CheckDpBudgetRequest, check_dp_budget
+from moe_long_context.config import RECOMPUTE_MODULES
+from moe_long_context.findings import Severity
+from moe_long_context.graphs import ValidateCudaGraphsRequest, validate_cuda_graph_shapes
+from moe_long_context.representative import representative_layouts
+
+CASES = [(lay, config) for lay in representative_layouts() for config in lay.configs()]
+IDS = [f"{lay.id}-{i}" for lay in representative_layouts() for i, _ in enumerate(lay.configs())]
+
+
+def request(model, config):
+    return model(**{k: v for k, v in config.items() if k in model.model_fields})
+
+
+def errors(result):
+    return [f"{f.code}: {f.message}" for f in result.findings if f.severity is Severity.error]
+
+
+def test_the_three_seed_layouts():
+    assert [lay.id for lay in representative_layouts()] == [
+        "deepseek-v3-128k-h100",
+        "deepseek-v3-256k-h100",
+        "qwen3-235b-a22b-128k-gb200",
+    ]
+    assert all("nemo-mbridge-perf-moe-long-context" in lay.source for lay in representative_layouts())
+
+
+@pytest.mark.parametrize(("layout", "config"), CASES, ids=IDS)
+def test_layout_passes_check_dp_budget_with_the_stated_dp_and_edp(layout, config):
+    result = check_dp_budget(request(CheckDpBudgetRequest, config))
+    assert errors(result) == []
+    assert (result.dp, result.edp) == (layout.expect.dp, layout.expect.edp)
+    assert result.num_microbatches >= config["pp"]  # the global batch fills the pipeline
+    assert f"{config['num_gpus']} {config['gpu'].upper()}" in layout.title
+
+
+@pytest.mark.parametrize(("layout", "config"), CASES, ids=IDS)
+def test_layout_recompute_and_cuda_graphs_are_legal(layout, config):
+    assert set(config.get("recompute_modules", ())) <= set(RECOMPUTE_MODULES)
+    assert errors(validate_cuda_graph_shapes(request(ValidateCudaGraphsRequest, config))) == []
