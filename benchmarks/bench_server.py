@@ -19,6 +19,8 @@ import time
 import anyio
 from mcp import Client, StdioServerParameters
 
+from moe_long_context.config import TrainingConfig
+from moe_long_context.overrides import bridge_override_list
 from moe_long_context.registry import TOOLS
 from moe_long_context.representative import representative_layouts
 
@@ -31,11 +33,19 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def tool_arguments() -> dict[str, dict]:
+    """One call per tool on the DeepSeek-V3 128K layout (lint_config gets it as Bridge overrides).
+    plan_layout searches a layout space rather than answering one question: benchmarks/plan_layout.py."""
     config = representative_layouts()[0].config
     calls = {}
     for tool in TOOLS:
         fields = tool.request.model_fields
-        if all(name in config for name, field in fields.items() if field.is_required()):
+        if tool.name == "plan_layout":
+            continue
+        if tool.name == "lint_config":
+            overrides = bridge_override_list(TrainingConfig(**config))
+            calls[tool.name] = {"bridge_overrides": overrides, "model": config["model"], "gpu": config["gpu"],
+                                "num_gpus": config["num_gpus"]}  # fmt: skip
+        elif all(name in config for name, field in fields.items() if field.is_required()):
             calls[tool.name] = {k: v for k, v in config.items() if k in fields}
     return calls
 

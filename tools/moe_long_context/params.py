@@ -103,7 +103,19 @@ def mlp_params(spec: ModelSpec, is_moe: bool) -> tuple[int, int, int, int]:
     return shared, experts, active, replicated
 
 
-_TABLES: dict[int, tuple[weakref.ref, tuple[LayerParams, ...]]] = {}
+_SPEC_CACHES: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def spec_cache(spec: ModelSpec) -> dict:
+    """A dict of derived values kept for as long as ``spec`` lives (ModelSpec holds a dict, so it cannot be a
+    dict key itself); planning asks for the same derived numbers thousands of times."""
+    key = id(spec)
+    entry = _SPEC_CACHES.get(key)
+    if entry is not None and entry[0]() is spec:
+        return entry[1]
+    cache: dict = {}
+    _SPEC_CACHES[key] = (weakref.ref(spec, lambda _ref: _SPEC_CACHES.pop(key, None)), cache)
+    return cache
 
 
 def _compute_layer(spec: ModelSpec, index: int) -> LayerParams:
@@ -113,15 +125,11 @@ def _compute_layer(spec: ModelSpec, index: int) -> LayerParams:
 
 
 def layer_table(spec: ModelSpec) -> tuple[LayerParams, ...]:
-    """Every decoder layer's parameters, computed once per ModelSpec (planning asks for them thousands of
-    times); the cache holds a weak reference so a spec's entry never outlives it or serves another."""
-    entry = _TABLES.get(id(spec))
-    if entry is not None and entry[0]() is spec:
-        return entry[1]
-    table = tuple(_compute_layer(spec, i) for i in range(spec.num_layers))
-    key = id(spec)
-    _TABLES[key] = (weakref.ref(spec, lambda _ref: _TABLES.pop(key, None)), table)
-    return table
+    """Every decoder layer's parameters, computed once per ModelSpec."""
+    cache = spec_cache(spec)
+    if "layer_table" not in cache:
+        cache["layer_table"] = tuple(_compute_layer(spec, i) for i in range(spec.num_layers))
+    return cache["layer_table"]
 
 
 def layer_params(spec: ModelSpec, index: int) -> LayerParams:

@@ -12,9 +12,11 @@ overlapped and the optimizer step. Constants are stated in ``ASSUMPTIONS`` with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .context import Context
-from .params import attention_params, layer_params, mlp_params
+from .params import attention_params, layer_params, mlp_params, spec_cache
+from .pipeline import PipelineSplit
 from .specs import GpuSpec, ModelSpec
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
@@ -106,6 +108,14 @@ def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full
 
 def model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
     """Megatron's model FLOPs per token (fwd + bwd), including logits and MTP."""
+    cache = spec_cache(spec)
+    key = ("model_flops_per_token", seq, mtp_layers)
+    if key not in cache:
+        cache[key] = _model_flops_per_token(spec, seq, mtp_layers)
+    return cache[key]
+
+
+def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
     h = spec.hidden_size
     kinds: dict[tuple[str, bool], int] = {}
     first: dict[tuple[str, bool], int] = {}
@@ -169,20 +179,7 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     hbm = gpu.hbm_bandwidth_tbps * 1e12
     bytes_act = 2
 
-    # Which decoder layers each PP rank holds.
-    layer_ranges: list[list[int]] = []
-    if split is not None:
-        index = 0
-        per_rank: dict[int, list[int]] = {r: [] for r in range(c.pp)}
-        for v in range(split.vpp):
-            for r in range(c.pp):
-                stage = split.stages[r][v]
-                per_rank[r].extend(range(index, index + stage.decoders))
-                index += stage.decoders
-        layer_ranges = [per_rank[r] for r in range(c.pp)]
-    else:
-        per = -(-m.num_layers // c.pp)
-        layer_ranges = [list(range(r * per, min(m.num_layers, (r + 1) * per))) for r in range(c.pp)]
+    layer_ranges = rank_layers(split) if split is not None else _even_ranges(m.num_layers, c.pp)
 
     tp_bw = _group_bandwidth(gpu, c.tp)
     ep_group = lay.ep * lay.etp
@@ -250,11 +247,7 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     stage_terms = []
     for r, layers in enumerate(layer_ranges):
         terms: dict[str, float] = {}
-        counts: dict[tuple[str, bool], int] = {}
-        for i in layers:
-            key = (m.attention_layer_types[i], m.moe_layers[i])
-            counts[key] = counts.get(key, 0) + 1
-        for key, count in counts.items():
+        for key, count in kind_counts(m, layers):
             for k, v in kind_time(key).items():
                 terms[k] = terms.get(k, 0.0) + v * count
         if r == c.pp - 1:
@@ -305,12 +298,47 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     return out
 
 
-def _params_per_rank(ctx: Context, layers: list[int]) -> tuple[float, float]:
+@lru_cache(maxsize=4096)
+def rank_layers(split: PipelineSplit) -> tuple[tuple[int, ...], ...]:
+    """Decoder layer indices each PP rank holds, numbered in virtual-stage order."""
+    index = 0
+    per_rank: list[list[int]] = [[] for _ in range(split.pp)]
+    for v in range(split.vpp):
+        for r in range(split.pp):
+            count = split.stages[r][v].decoders
+            per_rank[r].extend(range(index, index + count))
+            index += count
+    return tuple(tuple(layers) for layers in per_rank)
+
+
+def _even_ranges(num_layers: int, pp: int) -> tuple[tuple[int, ...], ...]:
+    per = -(-num_layers // pp)
+    return tuple(tuple(range(r * per, min(num_layers, (r + 1) * per))) for r in range(pp))
+
+
+def kind_counts(model: ModelSpec, layers) -> tuple[tuple[tuple[str, bool], int], ...]:
+    """How many of the given decoder layers are of each (attention type, MoE?) kind; layers of one kind have
+    the same parameters, FLOPs and saved tensors. Cached per layer tuple, which many candidates share."""
+    cache = spec_cache(model)
+    key = ("kind_counts", tuple(layers))
+    if key not in cache:
+        counts: dict[tuple[str, bool], int] = {}
+        for i in layers:
+            k = (model.attention_layer_types[i], model.moe_layers[i])
+            counts[k] = counts.get(k, 0) + 1
+        cache[key] = tuple(counts.items())
+    return cache[key]
+
+
+def _params_per_rank(ctx: Context, layers) -> tuple[float, float]:
     """(dense, expert) parameters one rank of the given PP stage holds."""
-    c, lay = ctx.cfg, ctx.layout
+    c, lay, m = ctx.cfg, ctx.layout, ctx.model
+    first = {}
+    for i in range(m.num_layers):
+        first.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
     dense = expert = 0.0
-    for i in layers:
-        lp = layer_params(ctx.model, i)
-        dense += (lp.attention + lp.mlp) / c.tp + lp.replicated
-        expert += lp.experts / (lay.ep * lay.etp)
+    for k, n in kind_counts(m, layers):
+        lp = layer_params(m, first[k])
+        dense += n * ((lp.attention + lp.mlp) / c.tp + lp.replicated)
+        expert += n * lp.experts / (lay.ep * lay.etp)
     return dense, expert

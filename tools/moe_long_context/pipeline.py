@@ -194,6 +194,7 @@ def _chunks(per_rank: int, vpp: int) -> list[int]:
     return [per_rank // vpp] * vpp
 
 
+@lru_cache(maxsize=8192)
 def split_pipeline(
     num_layers: int,
     pp: int,
@@ -206,7 +207,8 @@ def split_pipeline(
     account_embedding: bool = False,
     account_loss: bool = False,
 ) -> SplitResult:
-    """Split ``num_layers`` over ``pp`` ranks (x ``vpp`` virtual stages) the way Megatron would."""
+    """Split ``num_layers`` over ``pp`` ranks (x ``vpp`` virtual stages) the way Megatron would (cached:
+    treat the result as read-only)."""
     if layout is not None:
         result = split_from_layout(layout, pp, num_layers, mtp)
         if vpp is not None and result.vpp is not None and vpp != result.vpp and vpp > 1:

@@ -28,7 +28,7 @@ from .findings import Finding, has_errors, sort_findings
 from .memory import memory_model
 from .memory_terms import GIB
 from .overrides import bridge_override_list, bridge_python_snippet, megatron_args_for
-from .params import attention_params, mlp_params, model_params
+from .params import attention_params, mlp_params, model_params, spec_cache
 from .perf import ASSUMPTIONS as PERF_ASSUMPTIONS
 from .perf import step_time
 from .pipeline import propose_splits
@@ -264,12 +264,39 @@ class MemoryForecast:
     full: float  # with full recompute (layer inputs plus one layer's activations)
 
 
+Kind = tuple[str, bool]  # (attention type, MoE?) of a decoder layer: layers of a kind save the same tensors
+
+
+def _chunk_kinds(model: ModelSpec, split) -> tuple[tuple[tuple[tuple[Kind, int], ...], ...], ...]:
+    """Per rank and virtual stage: how many layers of each kind it holds (MTP layers count as the last
+    layer's kind). Cached per split, which many candidates share."""
+    cache = spec_cache(model)
+    key = ("chunk_kinds", split)
+    if key not in cache:
+        index = 0
+        per_rank: list[list[tuple]] = [[] for _ in range(split.pp)]
+        for v in range(split.vpp):
+            for r in range(split.pp):
+                stage = split.stages[r][v]
+                counts: dict[Kind, int] = {}
+                layers = [*range(index, index + stage.decoders), *([model.num_layers - 1] * stage.mtp)]
+                for i in layers:
+                    k = (model.attention_layer_types[i], model.moe_layers[i])
+                    counts[k] = counts.get(k, 0) + 1
+                per_rank[r].append(tuple(counts.items()))
+                index += stage.decoders
+        ranks = tuple(tuple(chunks) for chunks in per_rank)
+        cache[key] = ranks
+    return cache[key]
+
+
 def forecast_memory(ctx: Context) -> MemoryForecast:
-    """The worse of the first and last PP rank: per-kind activation inventories times the layers each chunk
-    holds and the in-flight microbatches of the schedule, the loss logits, static memory and buffers."""
+    """The worst PP rank: per-kind activation inventories times the layers each chunk holds and the in-flight
+    microbatches of the schedule, the loss logits, static memory and buffers."""
     from .activations import kept, layer_inventory, shard_of
     from .buffers import buffer_terms
-    from .memory import _stage_layers, overhead_gib
+    from .memory import overhead_gib
+    from .perf import rank_layers
     from .recompute_picker import _applicable
     from .weights import padded_vocab, rank_params, static_terms
 
@@ -277,40 +304,31 @@ def forecast_memory(ctx: Context) -> MemoryForecast:
     split = ctx.split.split
     sh = shard_of(ctx)
     labels = frozenset(_applicable(ctx))
-    per_kind: dict[tuple[str, bool], tuple[float, float, float, float]] = {}
-
-    def kind(i: int) -> tuple[float, float, float, float]:
-        key = (m.attention_layer_types[i], m.moe_layers[i])
-        if key not in per_kind:
-            inv = layer_inventory(ctx, sh, i)
-            per_kind[key] = (kept(inv, frozenset(), frozenset()), kept(inv, labels, frozenset()),
-                             sum(x.bytes for x in inv if x.layer_input), sum(x.bytes for x in inv))  # fmt: skip
-        return per_kind[key]
-
-    by_stage = _stage_layers(ctx)
+    first_of = {}
+    for i in range(m.num_layers):
+        first_of.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
+    per_kind: dict[Kind, tuple[float, float, float, float]] = {}
+    for k, i in first_of.items():
+        inv = layer_inventory(ctx, sh, i)
+        per_kind[k] = (kept(inv, frozenset(), frozenset()), kept(inv, labels, frozenset()),
+                       sum(x.bytes for x in inv if x.layer_input), sum(x.bytes for x in inv))  # fmt: skip
     logits = (4 if c.cross_entropy_fusion != "te" else 2) * padded_vocab(ctx) / c.tp * sh.tokens
+    kinds = _chunk_kinds(m, split)
+    by_rank = rank_layers(split)
     worst = None
     for rank in range(c.pp):
-        stages = split.stages[rank]
         chunks = []  # per virtual stage: (none, selective, inputs) bytes of one microbatch
         largest = 0.0
-        for v, stage in enumerate(stages):
-            layers = by_stage[rank][v] + [m.num_layers - 1] * stage.mtp
-            counts: dict[int, int] = {}  # a representative layer index per kind -> how many
-            seen: dict[tuple[str, bool], int] = {}
-            for i in layers:
-                rep = seen.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
-                counts[rep] = counts.get(rep, 0) + 1
-            sums = [sum(n * kind(i)[k] for i, n in counts.items()) for k in range(3)]
+        for stage, counts in zip(split.stages[rank], kinds[rank], strict=True):
             heads = (int(stage.loss) + stage.mtp) * logits
-            chunks.append([x + heads for x in sums])
-            largest = max([largest, *(kind(i)[3] for i in counts)])
-        counts = _in_flight_counts(c.pp, rank, split.vpp, ctx.num_microbatches or c.pp)
-        held = [sum(n * ch[k] for n, ch in zip(counts, chunks, strict=True)) for k in range(3)]
+            chunks.append([sum(n * per_kind[k][j] for k, n in counts) + heads for j in range(3)])
+            largest = max([largest, *(per_kind[k][3] for k, _ in counts)])
+        in_flight = _in_flight_counts(c.pp, rank, split.vpp, ctx.num_microbatches or c.pp)
+        held = [sum(n * ch[j] for n, ch in zip(in_flight, chunks, strict=True)) for j in range(3)]
         if rank not in (0, c.pp - 1) and worst is not None and held[1] <= worst.selective:
             continue  # a middle rank holding no more activations than one already seen
-        layers = [i for chunk in by_stage[rank] for i in chunk]
-        mtp = sum(st.mtp for st in stages)
+        layers = list(by_rank[rank])
+        mtp = sum(st.mtp for st in split.stages[rank])
         terms = static_terms(ctx, rank_params(ctx, layers, mtp, rank == 0, rank == c.pp - 1))
         terms += buffer_terms(ctx, sh, layers, held[0])
         static = sum(t.bytes for t in terms) + overhead_gib(ctx) * GIB
