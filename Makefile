@@ -12,6 +12,7 @@ DSV3_LAYOUT := $(DSV3) --num-gpus 256 --tp 1 --cp 32 --ep 32 --pp 8 --vpp 4 --gb
 # ... with the split Bridge's recipe uses, FP8 blockwise on Hopper, DeepEP, and the recipe's optimizer (precision-aware,
 # BF16 moments and gradients) and TE cross entropy.
 DSV3_RECIPE := $(DSV3_LAYOUT) --pipeline-layout 'Et|(tt|)*30mL' --dispatcher flex-deepep --precision fp8-blockwise \
+	--cp-comm-type a2a+p2p --hierarchical-cp-sizes 8,4 \
 	--use-precision-aware-optimizer --no-grad-reduce-in-fp32 --cross-entropy-fusion te
 
 # Differential conformance suite: the engine against Megatron Core 0.19.2, Megatron-LM's training layer (shipped
@@ -40,21 +41,18 @@ $(VENV)/.dev-installed: pyproject.toml
 	touch $@ $(VENV)/.run-installed
 
 run: $(VENV)/.run-installed
-	@echo "### 1. size_cp: which CP for 128K tokens on H100?"
+	@echo "### 1. size_cp: which CP and cp_comm_type for 128K tokens of DeepSeek-V3 on H100?"
 	$(MOE) size-cp $(DSV3) $(OK1)
-	@echo; echo "### 2. check_dp_budget: the seeds' layout, plain pipeline split (61 layers do not split over PP8 x VPP4)"
-	$(MOE) check-dp-budget $(DSV3_LAYOUT) $(OK1)
-	@echo; echo "### 3. check_dp_budget: the same layout with the split the engine proposes"
-	$(MOE) check-dp-budget $(DSV3_LAYOUT) --pipeline-layout 'Et|(tt|)*30mL' $(OK1)
-	@echo; echo "### 4. validate_cuda_graph_shapes: TE-scoped graphs with the seeds' recompute (moe recompute vs moe_router)"
-	$(MOE) validate-cuda-graphs $(DSV3_LAYOUT) --dispatcher flex-deepep \
-		--precision fp8-blockwise --recompute-granularity selective --recompute-modules mla_up_proj,layernorm,moe,mlp \
-		--cuda-graph-impl transformer_engine --cuda-graph-modules attn,moe_router,moe_preprocess $(OK1)
-	@echo; echo "### 5. estimate_memory: the seeds' layout with its published recompute (real labels) and optimizer CPU offload"
+	@echo; echo "### 2. plan_layout: ranked plans for DeepSeek-V3 at 128K on 256 H100 (report: build/plan.html)"
+	@mkdir -p build
+	$(MOE) plan $(DSV3) --num-gpus 256 --top-n 3 --report build/plan.html $(OK1)
+	@echo; echo "### 3. lint_config: the top plan's Megatron-LM arguments, as a launch script would pass them"
+	$(MOE) plan $(DSV3) --num-gpus 256 --top-n 1 --json \
+		| $(BIN)/python -c "import json,sys; print(' '.join(json.load(sys.stdin)['plans'][0]['megatron_args']))" \
+		| $(MOE) lint --megatron-args - --model deepseek-v3 --gpu h100 --num-gpus 256 $(OK1)
+	@echo; echo "### 4. estimate_memory: the published layout (TP1 CP32 EP32 PP8 VPP4) with its recompute and offload"
 	$(MOE) estimate-memory $(DSV3_RECIPE) --recompute-granularity selective \
 		--recompute-modules mla_up_proj,layernorm,moe,mlp --optimizer-cpu-offload-fraction 1 $(OK1)
-	@echo; echo "### 6. pick_recompute: the same layout without recompute and without optimizer offload"
-	$(MOE) pick-recompute $(DSV3_RECIPE) $(OK1)
 
 PY_DIRS := tools tests scripts benchmarks conformance
 

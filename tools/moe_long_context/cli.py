@@ -57,9 +57,30 @@ def _add_tool_arguments(parser: argparse.ArgumentParser, request: type[BaseModel
     )
 
 
+TEXT_INPUTS = ("megatron_args", "bridge_overrides", "config")  # may be given as FILE, or - for stdin
+
+
+def _read_text_input(name: str, value: str) -> str:
+    from pathlib import Path
+
+    if value == "-":
+        return sys.stdin.read()
+    path = Path(value)
+    if "\n" not in value and len(value) < 4096 and path.is_file():
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise InputError(name, value, f"a readable file ({exc.strerror})") from exc
+    return value
+
+
 def _arguments(ns: argparse.Namespace, request: type[BaseModel]) -> dict[str, Any]:
-    """Namespace -> request arguments; a --model that looks like JSON is parsed as a config object."""
+    """Namespace -> request arguments; a --model that looks like JSON is parsed as a config object, and a
+    launch (--megatron-args, --bridge-overrides, --config) may be a FILE or - for stdin."""
     data = {k: v for k, v in vars(ns).items() if k in request.model_fields}
+    for name in TEXT_INPUTS:
+        if isinstance(data.get(name), str):
+            data[name] = _read_text_input(name, data[name])
     model = data.get("model")
     if isinstance(model, str) and model.lstrip().startswith("{"):
         try:

@@ -98,6 +98,23 @@ class Plan(BaseModel):
     findings: list[Finding] = Field(description="Warnings and info the engine reports on this plan.")
 
 
+class ReferenceComparison(BaseModel):
+    """A published layout (data/layouts.yaml) for the same job, and how the plans compare with it."""
+
+    id: str
+    title: str
+    source: str
+    layout: str
+    valid: bool = Field(description="No error finding from the engine's rules.")
+    fits: bool = Field(description="The memory model estimates it fits the GPU.")
+    peak_gib: float | None
+    tflops_per_gpu: float | None
+    rank: int | None = Field(
+        description="Its place among the feasible plans (1 = fastest); None if infeasible."
+    )
+    verdict: str = Field(description="Why the top plan is (or is not) preferred, by the step-time terms.")
+
+
 class PlanLayoutResult(BaseModel):
     def render_text(self) -> str:
         """A compact summary for people: one line per plan, then each plan's reasons and overrides."""
@@ -118,12 +135,18 @@ class PlanLayoutResult(BaseModel):
                 f"offload={offload:.0%}  peak {p.memory.peak_gib:.1f}/{p.memory.usable_gib:g} GiB  "
                 f"{p.throughput.tflops_per_gpu:.0f} TFLOP/s/GPU  MFU {p.throughput.mfu:.1%}"
             )
+        for ref in self.references:
+            lines += ["", f"published: {ref.title} ({ref.layout}): {ref.tflops_per_gpu} TFLOP/s/GPU, "
+                      f"{'rank ' + str(ref.rank) if ref.rank else 'not feasible'}; {ref.verdict}"]  # fmt: skip
         for p in self.plans:
             lines += ["", f"#{p.rank} {p.layout}", *(f"  - {w}" for w in p.why), "  Bridge overrides:"]
             lines += [f"    {o}" for o in p.bridge_overrides]
         return "\n".join(lines)
 
     plans: list[Plan]
+    references: list[ReferenceComparison] = Field(
+        description="Published layouts for this model, GPU, GPU count and sequence length, evaluated the same way."
+    )
     candidates: int = Field(description="Layouts that factor the world and split the layers.")
     evaluated: int = Field(description="Candidates evaluated in full (rules, memory, recompute, time).")
     feasible: int = Field(description="Evaluated candidates that pass every rule and fit memory.")
@@ -625,12 +648,17 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         if e is not None:
             found.append(e)
     candidates = bounded
+    references = _references(model, gpu, req)
+    for _, evaluated_ref in references:
+        if evaluated_ref is not None and not any(_same_plan(evaluated_ref, e) for e in found):
+            found.append(evaluated_ref)
     found.sort(key=lambda e: seconds_per_token(e.step))
     best = found[0] if found else None
     plans = [_plan(i + 1, e, best) for i, e in enumerate(found[: req.top_n])]
     findings: list[Finding] = []
     return PlanLayoutResult(
         plans=plans,
+        references=[_compare(layout, e, found) for layout, e in references],
         candidates=len(candidates),
         evaluated=evaluated,
         feasible=len(found),
@@ -644,4 +672,77 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             *PERF_ASSUMPTIONS,
         ],
         findings=findings,
+    )
+
+
+# --------------------------------------------------------------------------- published layouts
+
+
+def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[tuple[Any, Evaluated | None]]:
+    """Published layouts for this exact job, evaluated like a plan (their own recompute and offload)."""
+    from .representative import representative_layouts
+
+    out = []
+    for layout in representative_layouts():
+        c = layout.config
+        if (load_model(c["model"]).id, c["gpu"], c["num_gpus"], c["seq_len"]) != (
+            model.id, gpu.id, req.num_gpus, req.seq_len
+        ):  # fmt: skip
+            continue
+        cfg = TrainingConfig(**{**c, "launcher": req.launcher})
+        ctx = Context(cfg=cfg, model=model, gpu=gpu)
+        found = run(ctx)
+        mm = memory_model(ctx) if not has_errors(found) else None
+        evaluated = None
+        if mm is not None:
+            peak = mm.peak_rank.total
+            step = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
+            evaluated = Evaluated(cfg, ctx, peak, step, found, [f"published layout: {layout.title}"])
+        out.append((layout, evaluated))
+    return out
+
+
+def _same_plan(a: Evaluated, b: Evaluated) -> bool:
+    keys = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "recompute_granularity", "recompute_modules")
+    return all(getattr(a.cfg, k) == getattr(b.cfg, k) for k in keys) and a.ctx.vpp == b.ctx.vpp
+
+
+def _compare(layout, e: Evaluated | None, found: list[Evaluated]) -> ReferenceComparison:
+    base = dict(id=layout.id, title=layout.title, source=layout.source)
+    if e is None:
+        return ReferenceComparison(**base, layout="-", valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
+                                   rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
+    fits = e.peak <= e.ctx.gpu.usable_hbm_gib * GIB
+    rank = next((i + 1 for i, x in enumerate(found) if x is e), None) if fits else None
+    top = found[0] if found else None
+    if not fits:
+        verdict = (
+            f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {e.ctx.gpu.usable_hbm_gib:g} GiB usable"
+        )
+    elif top is None or top is e:
+        verdict = "the published layout is the fastest plan found"
+    else:
+        gain = seconds_per_token(e.step) / seconds_per_token(top.step) - 1
+        per_m = {  # seconds per million tokens, by term, so that steps of different batch sizes compare
+            name: {k: v / ev.step.tokens_per_step * 1e6 for k, v in ev.step.terms.items()}
+            for name, ev in (("ref", e), ("top", top))
+        }
+        diffs = sorted(
+            ((k, per_m["ref"].get(k, 0.0), per_m["top"].get(k, 0.0)) for k in {*per_m["ref"], *per_m["top"]}),
+            key=lambda t: t[2] - t[1],
+        )
+        slower = "; ".join(f"{k} {a:.2f} s vs {b:.2f} s" for k, a, b in diffs[:3] if a > b)
+        verdict = (
+            f"the top plan ({top.ctx.layout.describe()}) is estimated {gain:.0%} faster per token; per million "
+            f"tokens the published layout spends more on {slower or 'no single term'}"
+        )
+    return ReferenceComparison(
+        **base,
+        layout=e.ctx.layout.describe(),
+        valid=not has_errors(e.findings),
+        fits=fits,
+        peak_gib=round(e.peak / GIB, 2),
+        tflops_per_gpu=round(e.step.tflops_per_gpu, 1),
+        rank=rank,
+        verdict=verdict,
     )
