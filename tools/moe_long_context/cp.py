@@ -142,7 +142,8 @@ def comm_type_for(
     return "p2p", None, f"TP x CP = {tp * cp} spans NVLink domains; the heads allow no a2a level, so p2p ring"
 
 
-def _powers_of_two(limit: int) -> list[int]:
+def powers_of_two(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit``: the sizes the CP search and the planner try."""
     out, v = [], 1
     while v <= limit:
         out.append(v)
@@ -160,7 +161,7 @@ def size_cp(req: SizeCpRequest) -> SizeCpResult:
     if limit < 1:
         raise InputError("tp", tp, f"at most num_gpus={req.num_gpus}")
     legal, constraints = [], []
-    for cp in _powers_of_two(limit):
+    for cp in powers_of_two(limit):
         problems = _constraint_problems(model, seq, tp, cp, sp, req.packed_sequences, req.num_gpus)
         if problems:
             if seq / (tp * cp) >= target / 4:  # only report limits near the useful range

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from .catalog import load_gpu, load_model
 from .config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, TrainingConfig, _Args
 from .context import Context
-from .cp import _constraint_problems, comm_type_for
+from .cp import _constraint_problems, comm_type_for, powers_of_two
 from .errors import InputError
 from .estimate import breakdown
 from .findings import Finding, has_errors, sort_findings
@@ -32,7 +32,7 @@ from .params import attention_params, mlp_params, model_params, spec_cache
 from .perf import ASSUMPTIONS as PERF_ASSUMPTIONS
 from .perf import step_time
 from .pipeline import propose_splits
-from .recompute_picker import CLEARED, Picker
+from .recompute_picker import Picker
 from .rules import run
 from .rules.cp import shard_target
 from .specs import GpuSpec, ModelSpec
@@ -169,14 +169,6 @@ class Candidate:
     bound_s: float  # optimistic seconds per token per GPU (lower is better)
 
 
-def _powers(limit: int) -> list[int]:
-    out, v = [], 1
-    while v <= limit:
-        out.append(v)
-        v *= 2
-    return out
-
-
 def default_precision(gpu: GpuSpec) -> str:
     for recipe in ("mxfp8", "fp8-blockwise", "fp8-tensorwise"):
         if recipe in gpu.quant_recipes:
@@ -194,7 +186,7 @@ def default_dispatcher(gpu: GpuSpec) -> str:
 
 def _tp_options(model: ModelSpec, gpu: GpuSpec) -> list[int]:
     out = []
-    for tp in _powers(min(8, gpu.nvlink_domain)):
+    for tp in powers_of_two(min(8, gpu.nvlink_domain)):
         g = model.num_query_groups
         if model.num_attention_heads % tp == 0 and (g % tp == 0 or tp % g == 0):
             out.append(tp)
@@ -221,20 +213,20 @@ def enumerate_candidates(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest,
     """Layouts that factor the world, split the layers, suit the sequence, and could hold their weights."""
     world, seq = req.num_gpus, req.seq_len
     split_cache: dict = {}
-    experts = [e for e in _powers(min(model.num_experts, world)) if model.num_experts % e == 0]
+    experts = [e for e in powers_of_two(min(model.num_experts, world)) if model.num_experts % e == 0]
     totals = model_params(model)
     dense_params = totals.total - totals.experts + totals.mtp
     usable = gpu.usable_hbm_gib * GIB
     target = shard_target(gpu)
     out: list[Candidate] = []
     for tp in _tp_options(model, gpu):
-        for cp in _powers(world // tp):
+        for cp in powers_of_two(world // tp):
             shard = seq // (tp * cp)
             if cp > 1 and not target // 8 <= shard <= target * 4:
                 continue  # far from the shard target: communication-bound or activation-bound
             if _constraint_problems(model, seq, tp, cp, tp > 1, False, world):
                 continue
-            for pp in (p for p in _powers(world // (tp * cp)) if p <= max(1, model.num_layers // 2)):
+            for pp in (p for p in powers_of_two(world // (tp * cp)) if p <= max(1, model.num_layers // 2)):
                 if world % (tp * cp * pp):
                     continue
                 splits = _split_options(model, pp, mtp, split_cache)
@@ -513,13 +505,7 @@ def evaluate(
         return None
     notes: list[str] = []
     picker = Picker(ctx)
-    best = picker.trial(dict(CLEARED))
-    if not picker.fits(best):
-        best = picker.selective(best)
-        if not picker.fits(best):
-            full = picker.full(best)
-            if full is not None and full.peak < best.peak:
-                best = full
+    best = picker.pick()
     if not picker.fits(best) and req.allow_optimizer_offload:
         for fraction in (0.5, 1.0):
             changes = {

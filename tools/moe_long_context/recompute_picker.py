@@ -254,6 +254,17 @@ class Picker:
             )
         return chosen
 
+    def pick(self) -> Trial:
+        """No recompute if that fits; else the cheapest selective labels; else full recompute if it is lower."""
+        best = self.trial(dict(CLEARED))
+        if not self.fits(best):
+            best = self.selective(best)
+            if not self.fits(best):
+                full = self.full(best)
+                if full is not None and full.peak < best.peak:
+                    best = full
+        return best
+
 
 # --------------------------------------------------------------------------- next steps
 
@@ -441,13 +452,7 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
             findings=found,
         )
     picker = Picker(ctx)
-    best = picker.trial(dict(CLEARED))
-    if not picker.fits(best):
-        best = picker.selective(best)
-        if not picker.fits(best):
-            full = picker.full(best)
-            if full is not None and full.peak < best.peak:
-                best = full
+    best = picker.pick()
     steps = [] if picker.fits(best) else next_steps(picker, best)
     if not picker.fits(best):
         picker.findings.append(
