@@ -16,6 +16,7 @@ from moe_long_context.context import Context, build_context
 from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
 from moe_long_context.memory import memory_model
 from moe_long_context.recompute_picker import PickRecomputeRequest, pick_recompute
+from moe_long_context.representative import representative_layouts
 from moe_long_context.rules import run
 from moe_long_context.specs import ModelSpec
 
@@ -175,64 +176,21 @@ def test_moonlight_absolute_peak_within_half_a_gb(modules):
 
 
 # --------------------------------------------------------------------------- the seeds' layouts fit
-# DeepSeek-V3 as published for 128K/256K on H100: TP1 EP32 PP8 VPP4, FP8-class (fp8-blockwise on Hopper),
-# DeepEP, recompute up_proj/norm/moe/mlp (real labels), optimizer CPU offload; the Bridge DeepSeek-V3 recipe's
-# precision-aware optimizer (needed for the offload), BF16 gradients and TE cross entropy.
-DSV3_SEED = dict(
-    model="deepseek-v3",
-    gpu="h100",
-    tp=1,
-    ep=32,
-    pp=8,
-    vpp=4,
-    mbs=1,
-    gbs=256,
-    pipeline_layout="Et|(tt|)*30mL",
-    dispatcher="flex-deepep",
-    precision="fp8-blockwise",
-    use_precision_aware_optimizer=True,
-    grad_reduce_in_fp32=False,
-    cross_entropy_fusion="te",
-)
-DSV3_RECOMPUTE = dict(
-    recompute_granularity="selective",
-    recompute_modules=["mla_up_proj", "layernorm", "moe", "mlp"],
-    optimizer_cpu_offload_fraction=1.0,
-)
-DSV3_128K = dict(DSV3_SEED, seq_len=131072, num_gpus=256, cp=32)
-DSV3_256K = dict(DSV3_SEED, seq_len=262144, num_gpus=512, cp=64)
-# Qwen3-235B-A22B 128K on GB200: TP4 CP4 EP32 PP4 VPP12, HybridEP, recompute moe_act + norm, graphs
-# attn + moe_router + moe_preprocess; MXFP8 (the seed allows BF16 or MXFP8; BF16 is estimated not to fit);
-# Bridge's performance-recipe defaults (BF16 gradients, TE cross entropy).
-QWEN_128K = dict(
-    model="qwen3-235b-a22b",
-    gpu="gb200",
-    num_gpus=128,
-    seq_len=131072,
-    tp=4,
-    cp=4,
-    ep=32,
-    pp=4,
-    vpp=12,
-    mbs=1,
-    gbs=64,
-    sequence_parallel=True,
-    account_for_embedding_in_pipeline_split=True,
-    account_for_loss_in_pipeline_split=True,
-    dispatcher="flex-hybridep",
-    precision="mxfp8",
-    recompute_granularity="selective",
-    recompute_modules=["moe_act", "layernorm"],
-    cuda_graph_impl="transformer_engine",
-    cuda_graph_modules=["attn", "moe_router", "moe_preprocess"],
-    grad_reduce_in_fp32=False,
-    cross_entropy_fusion="te",
-)
+# The seeds' three layouts as data/layouts.yaml publishes them (the same configurations SKILL.md states):
+# DeepSeek-V3 at 128K/256K on H100 with fp8-blockwise, DeepEP, recompute mla_up_proj/layernorm/moe/mlp and
+# optimizer CPU offload; Qwen3-235B-A22B at 128K on GB200 with MXFP8, HybridEP, recompute moe_act/layernorm
+# and attn/moe_router/moe_preprocess graphs (the seed allows BF16 too; BF16 is estimated not to fit).
+PUBLISHED = {layout.id: layout.config for layout in representative_layouts()}
+QWEN_128K = PUBLISHED["qwen3-235b-a22b-128k-gb200"]
+# DeepSeek-V3 at 128K without its recompute and its optimizer offload.
+DSV3_128K = {
+    k: v
+    for k, v in PUBLISHED["deepseek-v3-128k-h100"].items()
+    if k not in ("recompute_granularity", "recompute_modules", "optimizer_cpu_offload_fraction")
+}
 
 
-@pytest.mark.parametrize(
-    "config", [dict(DSV3_128K, **DSV3_RECOMPUTE), dict(DSV3_256K, **DSV3_RECOMPUTE), QWEN_128K], ids=str
-)
+@pytest.mark.parametrize("config", PUBLISHED.values(), ids=PUBLISHED.keys())
 def test_seed_layouts_fit_their_gpus(config):
     r = estimate_memory(EstimateMemoryRequest(**config))
     assert r.valid, error_codes(r)
