@@ -156,7 +156,7 @@ def test_build_check_and_report_errors(capsys, tmp_path):
 
 def test_eval_without_a_sub_command_shows_help(capsys):
     code, out, _ = run(capsys, "eval")
-    assert code == 2 and "grade" in out and "run" in out
+    assert code == 2 and "grade" in out and "reference-agent" in out
 
 
 def test_paths_in_the_package_point_at_the_repository():

@@ -7,7 +7,8 @@
   grading.json. Pure functions of the answer and the task: same answer, same grade.
 - ``runner`` and ``report``: ask an agent command every question with and without the skill, grade, write
   skill-creator's workspace layout, benchmark.json and BENCHMARK.md.
-- ``cli``: the ``moe-lc eval`` sub-commands.
+- ``agent``: the reference agent, which answers only through the MCP server (a face: it imports the MCP
+  client); ``cli``: the ``moe-lc eval`` sub-commands.
 
 The grader imports the engine (the layout and memory checks call its tools) but never the MCP SDK.
 """

@@ -1,4 +1,4 @@
-"""``moe-lc eval ...``: grade recorded answers, run an agent, build the task file, write BENCHMARK.md.
+"""``moe-lc eval ...``: grade recorded answers, run an agent, the reference agent, build the task file.
 
 Only argparse here; each handler imports what it needs, so ``moe-lc`` starts as fast as before.
 Exit codes: 0 done, 1 a ``--check`` found a difference, 2 bad input (one readable line, no traceback).
@@ -17,7 +17,7 @@ from ..errors import InputError
 def add_commands(sub) -> None:
     p = sub.add_parser(
         "eval",
-        help="Evals: grade answers, run an agent with and without the skill.",
+        help="Evals: grade answers, run an agent with and without the skill, the reference agent.",
         description="Score any agent on evals/evals.json with deterministic checks, with and without the skill, "
         "in skill-creator's formats (grading.json, benchmark.json) and BENCHMARK.md.",
     )
@@ -64,6 +64,15 @@ def add_commands(sub) -> None:
         "copy then go to the iteration folder unless given.",
     )
     r.set_defaults(handler=_run)
+
+    a = ev.add_parser(
+        "reference-agent",
+        help="The reference agent: a question on stdin, an answer from the MCP server's tools on stdout.",
+        description="Answers long-context MoE questions only by calling this package's MCP server over stdio "
+        "(MOE_LC_EVAL_WITH_SKILL=0: a tool-less baseline); declines other questions. Writes its tool calls to "
+        "MOE_LC_EVAL_TRANSCRIPT when set.",
+    )
+    a.set_defaults(handler=_reference_agent)
 
     b = ev.add_parser("build", help="Build evals/evals.json from evals/tasks.yaml with the engine's numbers.")
     b.add_argument("--source", type=Path, help="Task source (default evals/tasks.yaml).")
@@ -189,6 +198,12 @@ def _run(ns) -> int:
             return 1
         print(f"scores match {ns.check_against}")
     return 0
+
+
+def _reference_agent(ns) -> int:
+    from .agent import main
+
+    return main()
 
 
 def _build(ns) -> int:

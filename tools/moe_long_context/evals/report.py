@@ -6,6 +6,8 @@ from typing import Any
 
 from .tasks import SKILL_NAME
 
+REFERENCE_AGENT = "moe-lc eval reference-agent"
+
 CATEGORY_TITLES = {
     "cp-sizing": "CP sizing (incl. lengths that are not powers of two)",
     "dp-budget": "DP budget under MoE parallel folding",
@@ -56,6 +58,14 @@ def render_benchmark(b: dict[str, Any]) -> str:
     ]
     if m.get("command"):
         lines.append(f"- Produced by: `{m['command']}`")
+    if m["agent"] == REFERENCE_AGENT:
+        lines += [
+            "",
+            "The reference agent is a deterministic program, not a language model: it reads the question, calls the "
+            "MCP server's tools over stdio and writes up what they return, and without the skill it gives the usual "
+            "rules of thumb with no tools. Its scores show that the tools answer every task and that the grader "
+            "credits such answers; they do not measure an LLM agent. Score one with `moe-lc eval run --agent-cmd`.",
+        ]
     lines += ["", "## Results", ""]
     if both:
         w, wo = b["run_summary"]["with_skill"], b["run_summary"]["without_skill"]
