@@ -292,3 +292,34 @@ def test_the_grader_does_not_import_the_mcp_sdk():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_claim_is_attributed_to_the_error_named_just_before_it():
+    answer = LINT_RIGHT + (
+        "\n- GRAPH_EXPANDABLE_SEGMENTS does not apply here. PRECISION_GPU again. "
+        "The --cuda-graph-impl transformer_engine setting fails with it."
+    )
+    assert graded("lint-dsv3-megatron-lm", answer, ["lint_config"])["lint"]["false_claims"] == 0
+    violated = LINT_RIGHT + "\n- SEQ_CP_DIVISIBILITY is violated by --seq-length 131072."
+    assert (
+        graded("lint-dsv3-megatron-lm", violated, ["lint_config"])["lint"]["false_claims"] == 2
+    )  # code and flag
+    alone = LINT_RIGHT + "\n- Separately, the --cuda-graph-impl transformer_engine setting fails."
+    assert graded("lint-dsv3-megatron-lm", alone, ["lint_config"])["lint"]["false_claims"] == 1
+
+
+@pytest.mark.parametrize(
+    "text, claims",
+    [
+        ("Keep CP x EP x TP x PP <= GPUs.", True),
+        ("Rule: CP × EP × TP × PP ≤ total GPUs", True),
+        ("TP*CP*EP*PP must not exceed the number of GPUs", True),
+        ("the product of all parallel sizes must not exceed the GPU count", True),
+        ("TP x CP x EP x PP = 8192 exceeds num_gpus=256, which is fine: experts fold into DP x CP", False),
+        ("TP x CP x PP must divide the GPU count", False),
+        ("the product of all parallel sizes may exceed the GPU count", False),
+    ],
+)
+def test_the_product_rule_is_recognised_in_its_usual_forms(text, claims):
+    check = next(c for c in TASKS["cp-dsv3-128k-h100"]["checks"] if c["type"] == "forbidden")
+    assert bool(re.search(check["pattern"], text, re.I | re.M)) == claims

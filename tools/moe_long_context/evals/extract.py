@@ -270,7 +270,7 @@ FIX_WORDS = re.compile(
 NEGATED = re.compile(
     r"\b(?:no\s+errors?|not\s+an?\s+(?:error|problem)|nothing\s+wrong|correct\s+as\s+written|"
     r"(?:is|are)\s+(?:valid|fine|correct|accepted|legal|ok|okay|supported|allowed|real)|"
-    r"only\s+(?:a\s+)?(?:warning|info)|works)\b",
+    r"only\s+(?:a\s+)?(?:warning|info)|works|does\s+not\s+apply|doesn't\s+apply|not\s+(?:reported|triggered))\b",
     re.I,
 )
 RULE_CODE = re.compile(r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b")
@@ -282,15 +282,32 @@ def name_pattern(name: str) -> re.Pattern:
 
 
 def mentions(text: str, name: str) -> bool:
-    """The name as a whole token; a dotted Bridge key also by its last part (context_parallel_size)."""
+    """The name as a whole token; a dotted Bridge key also by its last part (context_parallel_size), an
+    engine field name also with spaces (expandable segments)."""
     if name_pattern(name).search(text):
         return True
     leaf = name.rsplit(".", 1)[-1]
-    return "." in name and not name.startswith("-") and "_" in leaf and bool(name_pattern(leaf).search(text))
+    if "." in name and not name.startswith("-") and "_" in leaf and name_pattern(leaf).search(text):
+        return True
+    spaced = leaf.replace("_", " ")
+    return (
+        "_" in leaf and not name.startswith("-") and bool(re.search(rf"\b{re.escape(spaced)}\b", text, re.I))
+    )
 
 
-def error_sentences(answer: str) -> list[str]:
-    return [s for s in sentences(answer) if ERROR_CLAIM.search(s) and not NEGATED.search(s)]
+def error_sentences(answer: str) -> list[tuple[str, str]]:
+    """(sentence, the sentence before it in the same paragraph or bullet) for every sentence that says
+    something is wrong and does not say it is not."""
+    out = []
+    for seg in segments(answer):
+        if seg.code:
+            continue
+        previous = ""
+        for sentence in (s for s in SENTENCE_END.split(seg.text) if s.strip()):
+            if ERROR_CLAIM.search(sentence) and not NEGATED.search(sentence):
+                out.append((sentence, previous))
+            previous = sentence
+    return out
 
 
 def codes_in(text: str, known: set[str]) -> list[str]:

@@ -271,11 +271,12 @@ def lint_false_claims(check: dict, a: Answer) -> list[str]:
         for code in extract.codes_in(unit, known):
             if code not in reported:
                 claims.append(f"claims {code}, which the engine does not report")
-    for sentence in extract.error_sentences(a.text):
-        if any(extract.mentions(sentence, k) for k in check["error_keys"]):
-            continue  # about a real error (its flag is named), even if other flags appear
-        if extract.codes_in(sentence, reported):
-            continue
+    for sentence, previous in extract.error_sentences(a.text):
+        context = f"{previous} {sentence}"
+        if any(extract.mentions(context, k) for k in check["error_keys"]) or extract.codes_in(
+            context, reported
+        ):
+            continue  # about a real error (its code or flag is named here or just before), whatever else it names
         clean = [f for f in check["clean_flags"] if extract.mentions(sentence, f)]
         if clean:
             claims.append(f"calls {clean[0]} wrong: {sentence.strip()[:140]!r}")
