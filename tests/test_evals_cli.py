@@ -146,6 +146,7 @@ def test_a_failing_agent_is_graded_not_fatal(tmp_path, capsys):
         and bench["runs"][0]["result"]["pass_rate"] == 0
     )
     assert "delta" not in bench["run_summary"]
+    assert "the agent command failed (non-zero exit or timeout) in 1 runs" in " ".join(bench["notes"])
 
 
 def test_build_check_and_report_errors(capsys, tmp_path):

@@ -127,3 +127,24 @@ def test_build_refuses_a_planted_error_the_engine_does_not_report(tmp_path):
 
 def test_schema_file_is_the_one_loaded():
     assert json.loads(SCHEMA_JSON.read_text()) == schema()
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("tasks: [\n  - {id: x\n", "valid YAML"),
+        ("[]\n", "a 'tasks' list"),
+        ("tasks:\n  - {id: x, category: cp-sizing}\n", "task 'x': KeyError"),
+        (
+            "tasks:\n  - id: y\n    category: cp-sizing\n    question: q\n    ground_truth: '${cp.nope}'\n"
+            "    expected_behavior: [b]\n    checks: []\n    calls:\n"
+            "      cp: {tool: size_cp, arguments: {model: deepseek-v3, seq_len: 8192}}\n",
+            "task 'y': KeyError 'nope'",
+        ),
+    ],
+)
+def test_build_refuses_broken_sources_with_one_line(tmp_path, text, words):
+    (tmp_path / "tasks.yaml").write_text(text)
+    with pytest.raises(InputError) as exc:
+        build(tmp_path / "tasks.yaml")
+    assert words in str(exc.value) and "\n" not in str(exc.value)

@@ -265,7 +265,22 @@ def build(source: str | Path | None = None) -> list[dict[str, Any]]:
         spec = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise InputError("source", str(path), f"a readable tasks.yaml ({exc.strerror})") from None
-    tasks = [build_task(raw) for raw in spec["tasks"]]
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise InputError("source", str(path), f"valid YAML ({getattr(exc, 'problem', exc)}{line})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("tasks"), list):
+        raise InputError("source", str(path), "a mapping with a 'tasks' list")
+    tasks = []
+    for raw in spec["tasks"]:
+        name = raw.get("id", "?") if isinstance(raw, dict) else "?"
+        try:
+            tasks.append(build_task(raw))
+        except InputError:
+            raise
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BuildError(name, f"{type(exc).__name__} {exc} (a missing key or a placeholder path that does "
+                             "not exist in the call's result)") from None  # fmt: skip
     validate(tasks)
     return tasks
 

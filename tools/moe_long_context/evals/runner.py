@@ -273,6 +273,11 @@ def aggregate(tasks: list[dict], results: list[tuple], opts: RunOptions) -> dict
             notes.append(
                 f"{configuration}: {neg['declined']} of {neg['tasks']} negative tasks did not use the skill"
             )
+        failures = sum(r["result"]["errors"] for r in runs if r["configuration"] == configuration)
+        if failures:
+            notes.append(
+                f"{configuration}: the agent command failed (non-zero exit or timeout) in {failures} runs"
+            )
     return {
         "metadata": {
             "skill_name": SKILL_NAME,
