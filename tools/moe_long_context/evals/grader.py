@@ -228,7 +228,16 @@ def _layouts(check: dict, a: Answer) -> tuple[bool, str]:
     mentions = extract.layout_mentions(a.text)
     splits = extract.pipeline_splits(a.text)
     batch = extract.batch_sizes(a.text)
-    verdicts = [_layout_verdict(m, check, splits, batch) for m in mentions]
+    # the split and batch written next to a layout come first, then any the answer states elsewhere
+    verdicts = [
+        _layout_verdict(
+            m,
+            check,
+            [*extract.pipeline_splits(m.segment)[1:], *splits],
+            {**batch, **extract.batch_sizes(m.segment)},
+        )
+        for m in mentions
+    ]
     good = [why for ok, why in verdicts if ok]
     bad = [why for ok, why in verdicts if not ok]
     need = check.get("min_count", 1)
