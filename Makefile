@@ -26,7 +26,12 @@ CONF_PIP := $(CONF)/venv/bin/pip --quiet --disable-pip-version-check
 MCORE_WHEEL := megatron-core==0.19.2
 BRIDGE_WHEEL := megatron-bridge==0.6.2
 
-.PHONY: run test check-node lint clean conformance
+# Evals: the reference agent (answers only through the MCP server) through the runner, with and without the skill.
+# `make evals` rewrites BENCHMARK.md and evals/benchmark.json; CI runs `make evals-check`, the same command, which
+# fails when the scores differ from the committed ones. The workspace (skill-creator's layout) goes to build/evals.
+EVALS_RUN := moe-lc eval run --agent-cmd 'moe-lc eval reference-agent' --agent-name 'moe-lc eval reference-agent' --jobs 2 --out build/evals
+
+.PHONY: run test check-node lint clean conformance evals evals-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +70,14 @@ test: $(VENV)/.dev-installed
 # Each check is skipped, and says why, without Node.js or the npm registry.
 check-node: $(VENV)/.dev-installed
 	$(BIN)/pytest -m node -rs -v
+
+evals: $(VENV)/.dev-installed
+	$(BIN)/moe-lc eval build --check
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN)
+
+evals-check: $(VENV)/.dev-installed
+	$(BIN)/moe-lc eval build --check
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN) --check-against evals/benchmark.json
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check --fix $(PY_DIRS)

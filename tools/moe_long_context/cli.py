@@ -273,6 +273,15 @@ def build_parser() -> argparse.ArgumentParser:
 _EXTENSIONS: list = []
 
 
+def _add_eval_commands(sub) -> None:
+    from .evals.cli import add_commands  # argparse only; each eval command imports what it runs
+
+    add_commands(sub)
+
+
+_EXTENSIONS.append(_add_eval_commands)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
