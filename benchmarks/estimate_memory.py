@@ -7,19 +7,12 @@ model for every PP rank, the result models), as an agent's call would.
 from __future__ import annotations
 
 import statistics
-import sys
 import timeit
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from test_memory_calibration import DSV3_128K, DSV3_RECOMPUTE, QWEN_128K
+from moe_long_context.representative import representative_layouts
 
-CASES = {
-    "DeepSeek-V3 128K, 256 H100, PP8 x VPP4": dict(DSV3_128K, **DSV3_RECOMPUTE),
-    "Qwen3-235B 128K, 128 GB200, PP4 x VPP12": QWEN_128K,
-}
+CASES = {layout.title: layout.config for layout in representative_layouts()}
 
 
 def main(repeat: int = 7, number: int = 200) -> None:
