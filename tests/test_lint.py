@@ -238,6 +238,17 @@ def test_round_trip_of_rendered_flags():
 
 
 @pytest.mark.parametrize(
+    ("precision", "written"), [("fp8-blockwise", False), ("bf16", False), ("mxfp8", True)]
+)
+def test_mxfp8_only_settings_are_written_only_with_mxfp8(precision, written):
+    """reuse_grad_buf_for_mxfp8_param_ag means something to Megatron only with the MXFP8 recipe."""
+    cfg = TrainingConfig(model="qwen3-235b-a22b", gpu="b200", num_gpus=64, tp=2, ep=8, precision=precision)
+    assert ("--reuse-grad-buf-for-mxfp8-param-ag" in megatron_args_for(cfg)) is written
+    off = TrainingConfig(**{**cfg.model_dump(exclude_unset=True), "reuse_grad_buf_for_mxfp8_param_ag": False})
+    assert ("mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false" in bridge_override_list(off)) is written
+
+
+@pytest.mark.parametrize(
     ("kw", "message"),
     [
         ({}, "exactly one of megatron_args, bridge_overrides or config"),

@@ -16,6 +16,14 @@ from .specs import ModelSpec
 _NOT_SETTINGS = {"launcher", "model", "gpu", "num_gpus", "mtp_num_layers"}
 
 
+def _written(name: str, cfg: TrainingConfig) -> bool:
+    """Whether a field belongs in a written-out configuration: a Megatron setting that means something here."""
+    if name not in TrainingConfig.model_fields or name in _NOT_SETTINGS:
+        return False
+    conditions = dialect_table()["fields"][name].get("applies_when", {})
+    return all(getattr(cfg, other) in values for other, values in conditions.items())
+
+
 def megatron_defaults() -> dict[str, Any]:
     """What Megatron-LM uses for each engine field when its flag is absent."""
     out = {}
@@ -65,7 +73,7 @@ def megatron_args_for(cfg: TrainingConfig, model: ModelSpec | None = None) -> li
     if model is not None:
         tokens += architecture_flags(model, cfg.mtp_num_layers)
     for name in dialect_table()["fields"]:
-        if name not in TrainingConfig.model_fields or name in _NOT_SETTINGS:
+        if not _written(name, cfg):
             continue
         value = getattr(cfg, name)
         if name == "vpp" and cfg.pipeline_layout is not None:
@@ -79,7 +87,7 @@ def bridge_overrides_for(cfg: TrainingConfig) -> dict[str, Any]:
     """Bridge override keys for every engine setting that differs from Bridge's MoE recipe defaults."""
     items: dict[str, Any] = {}
     for name in dialect_table()["fields"]:
-        if name not in TrainingConfig.model_fields or name in _NOT_SETTINGS:
+        if not _written(name, cfg):
             continue
         value = getattr(cfg, name)
         if value != TrainingConfig.model_fields[name].default or name == "precision":

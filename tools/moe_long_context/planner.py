@@ -265,7 +265,13 @@ def _settings(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRe
     }
     if settings["dispatcher"].startswith("flex-") and cand.ep == 1:
         settings["dispatcher"] = "alltoall"
-    return settings
+    return _vpp_from_layout(settings)
+
+
+def _vpp_from_layout(settings: dict) -> dict:
+    """Leave VPP to the layout string when there is one: Megatron Core derives it from the layout, and
+    Megatron-LM refuses an explicit --num-virtual-stages-per-pipeline-rank next to a layout."""
+    return {**settings, "vpp": None} if settings.get("pipeline_layout") else settings
 
 
 @dataclass(frozen=True)
@@ -675,7 +681,7 @@ def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[
             model.id, gpu.id, req.num_gpus, req.seq_len
         ):  # fmt: skip
             continue
-        cfg = TrainingConfig(**{**c, "launcher": req.launcher})
+        cfg = TrainingConfig(**_vpp_from_layout({**c, "launcher": req.launcher}))
         ctx = Context(cfg=cfg, model=model, gpu=gpu)
         found = run(ctx)
         mm = memory_model(ctx) if not has_errors(found) else None
@@ -689,7 +695,7 @@ def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[
 
 
 def _same_plan(a: Evaluated, b: Evaluated) -> bool:
-    keys = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "recompute_granularity", "recompute_modules")
+    keys = ("tp", "cp", "pp", "ep", "etp", "mbs", "recompute_granularity", "recompute_modules")
     return all(getattr(a.cfg, k) == getattr(b.cfg, k) for k in keys) and a.ctx.vpp == b.ctx.vpp
 
 
