@@ -95,6 +95,19 @@ def test_megatron_lm_plans_leave_vpp_to_the_layout_string():
     assert ref.valid and ref.layout.startswith("TP1 CP32 PP8 VPP4")  # VPP still read from the layout
 
 
+def test_more_overhead_gives_plans_with_that_much_more_headroom():
+    job = dict(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=2)
+    default, roomy = plan(**job), plan(**job, overhead_gib=20.0)
+    before = {p.layout: p for p in default.plans}
+    same = [p for p in roomy.plans if p.layout in before]
+    assert same  # these jobs have room to spare: the layouts stay, each 14 GiB fuller than with 6 GiB
+    for p in roomy.plans:
+        assert p.settings["overhead_gib"] == 20.0
+        assert_plan_is_sound(p, "gb200", 128)  # estimate_memory with the same 20 GiB says it fits
+    for p in same:
+        assert p.memory.peak_gib == pytest.approx(before[p.layout].memory.peak_gib + 14.0, abs=1e-3)
+
+
 def test_bad_requests_are_refused():
     with pytest.raises(InputError, match="precision"):
         plan(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, precision="mxfp8")

@@ -63,6 +63,13 @@ class PlanLayoutRequest(_Args):
     allow_optimizer_offload: bool = Field(
         default=True, description="Allow optimizer CPU offload when recompute alone does not fit."
     )
+    overhead_gib: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1024.0,
+        description="GiB each GPU keeps outside allocated tensors (CUDA context, NCCL, fragmentation); every "
+        "plan must fit with it. Unset: the memory model's default. Raise it to plan with more headroom.",
+    )
     launcher: str = Field(default="bridge", description="bridge or megatron-lm (which checks apply).")
     top_n: int = Field(default=5, ge=1, le=20, description="How many plans to return.")
 
@@ -606,6 +613,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         "dispatcher": req.dispatcher or default_dispatcher(gpu),
         "launcher": req.launcher,
     }
+    if req.overhead_gib is not None:
+        base["overhead_gib"] = req.overhead_gib
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
     bounded = cheap_bounds(enumerate_candidates(model, gpu, req, mtp), model, gpu, req, base)
