@@ -7,30 +7,11 @@ import pytest
 from conftest import error_codes, the
 from moe_long_context.budget import CheckDpBudgetRequest, check_dp_budget
 from moe_long_context.findings import Severity
+from seed_layouts import DSV3_128K, DSV3_256K, QWEN_128K
 
 
 def budget(**kw):
     return check_dp_budget(CheckDpBudgetRequest(**kw))
-
-
-DSV3_128K = dict(
-    model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, tp=1, cp=32, ep=32, pp=8, vpp=4
-)
-DSV3_256K = dict(
-    model="deepseek-v3", gpu="h100", num_gpus=512, seq_len=262144, tp=1, cp=64, ep=32, pp=8, vpp=4
-)
-QWEN_128K = dict(
-    model="qwen3-235b-a22b",
-    gpu="gb200",
-    num_gpus=128,
-    seq_len=131072,
-    tp=4,
-    cp=4,
-    ep=32,
-    pp=4,
-    vpp=12,
-    sequence_parallel=True,
-)
 
 
 @pytest.mark.parametrize(

@@ -11,35 +11,10 @@ from moe_long_context.context import build_context
 from moe_long_context.memory import DEFAULT_OVERHEAD_GIB, memory_model
 from moe_long_context.memory_terms import GIB
 from moe_long_context.schedule import peak_in_flight, warmup_forwards
+from seed_layouts import DSV3_128K, DSV3_SPLIT, QWEN_128K, QWEN_SPLIT
 
-QWEN = dict(
-    model="qwen3-235b-a22b",
-    gpu="gb200",
-    num_gpus=128,
-    seq_len=131072,
-    tp=4,
-    cp=4,
-    ep=32,
-    pp=4,
-    vpp=12,
-    gbs=64,
-    sequence_parallel=True,
-    account_for_embedding_in_pipeline_split=True,
-    account_for_loss_in_pipeline_split=True,
-)
-DSV3 = dict(
-    model="deepseek-v3",
-    gpu="h100",
-    num_gpus=256,
-    seq_len=131072,
-    tp=1,
-    cp=32,
-    ep=32,
-    pp=8,
-    vpp=4,
-    gbs=256,
-    pipeline_layout="Et|(tt|)*30mL",
-)
+QWEN = dict(QWEN_128K, gbs=64, **QWEN_SPLIT)
+DSV3 = dict(DSV3_128K, gbs=256, **DSV3_SPLIT)
 
 
 def ctx_of(**kw):

@@ -13,6 +13,7 @@ import pytest
 from moe_long_context.config import TrainingConfig
 from moe_long_context.context import build_context
 from moe_long_context.memory import RankMemory, memory_model
+from seed_layouts import QWEN_128K, QWEN_SPLIT
 
 # --------------------------------------------------------------------------- DeepSeek-V3, one layer
 H = 7168
@@ -95,22 +96,7 @@ QWEN_REPLICATED = 4096 + 2 * 128 + 4096 + 4096 * 128  # input norm, Q/K norms, p
 QWEN_EXPERTS_PER_RANK = (128 // 32) * 3 * 4096 * 1536  # 4 of 128 SwiGLU experts (width 1536) on each EP rank
 QWEN_TABLE = 151936 * 4096 // 4  # vocabulary table split over TP4
 
-QWEN = dict(
-    model="qwen3-235b-a22b",
-    gpu="gb200",
-    num_gpus=128,
-    seq_len=131072,
-    tp=4,
-    cp=4,
-    ep=32,
-    pp=4,
-    vpp=12,
-    gbs=64,
-    sequence_parallel=True,
-    # 94 layers + embedding + loss = 96 units: 24 per PP rank, 2 per virtual stage
-    account_for_embedding_in_pipeline_split=True,
-    account_for_loss_in_pipeline_split=True,
-)
+QWEN = dict(QWEN_128K, gbs=64, **QWEN_SPLIT)
 
 
 def test_qwen3_235b_first_and_last_rank_bytes():

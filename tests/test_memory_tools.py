@@ -14,19 +14,12 @@ from moe_long_context.errors import InputError
 from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
 from moe_long_context.recompute_picker import PREFERENCE, PickRecomputeRequest, pick_recompute
 from moe_long_context.registry import TOOLS_BY_NAME
+from seed_layouts import DSV3_128K, DSV3_SPLIT
 
 DSV3 = dict(
-    model="deepseek-v3",
-    gpu="h100",
-    num_gpus=256,
-    seq_len=131072,
-    tp=1,
-    cp=32,
-    ep=32,
-    pp=8,
-    vpp=4,
+    DSV3_128K,
     gbs=256,
-    pipeline_layout="Et|(tt|)*30mL",
+    **DSV3_SPLIT,
     dispatcher="flex-deepep",
     precision="fp8-blockwise",
     use_precision_aware_optimizer=True,

@@ -9,6 +9,7 @@ from moe_long_context.config import RECOMPUTE_MODULES
 from moe_long_context.findings import Severity
 from moe_long_context.graphs import ValidateCudaGraphsRequest, validate_cuda_graph_shapes
 from moe_long_context.representative import representative_layouts
+from seed_layouts import DSV3_128K, DSV3_256K, DSV3_SPLIT, QWEN_128K, QWEN_SPLIT
 
 CASES = [(lay, config) for lay in representative_layouts() for config in lay.configs()]
 IDS = [f"{lay.id}-{i}" for lay in representative_layouts() for i, _ in enumerate(lay.configs())]
@@ -29,6 +30,18 @@ def test_the_three_seed_layouts():
         "qwen3-235b-a22b-128k-gb200",
     ]
     assert all("nemo-mbridge-perf-moe-long-context" in lay.source for lay in representative_layouts())
+
+
+def test_seed_shapes_in_the_tests_are_the_published_ones():
+    """tests/seed_layouts.py (the hand-checked tests' shapes) says what data/layouts.yaml says."""
+    published = {lay.id: lay.config for lay in representative_layouts()}
+    for shape, split, layout_id in (
+        (DSV3_128K, DSV3_SPLIT, "deepseek-v3-128k-h100"),
+        (DSV3_256K, DSV3_SPLIT, "deepseek-v3-256k-h100"),
+        (QWEN_128K, QWEN_SPLIT, "qwen3-235b-a22b-128k-gb200"),
+    ):
+        config = published[layout_id]
+        assert {k: config.get(k, False) for k in {**shape, **split}} == {**shape, **split}, layout_id
 
 
 @pytest.mark.parametrize(("layout", "config"), CASES, ids=IDS)
