@@ -19,10 +19,10 @@ import time
 import anyio
 from mcp import Client, StdioServerParameters
 
-from moe_long_context.config import TrainingConfig
-from moe_long_context.overrides import bridge_override_list
-from moe_long_context.registry import TOOLS
-from moe_long_context.representative import representative_layouts
+from moe_long_context.dialects.overrides import bridge_override_list
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.faces.registry import TOOLS
 
 SERVER = StdioServerParameters(command=sys.executable, args=["-m", "moe_long_context.server"])
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 import timeit
 
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from moe_long_context.representative import representative_layouts
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
 
 CASES = {layout.title: layout.config for layout in representative_layouts()}
 

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from moe_long_context.lint import LintConfigRequest, lint_config
-from moe_long_context.planner import PlanLayoutRequest, plan_layout
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
+from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
 
 PLANS = {
     "plan deepseek-v3 128K 256 x h100": dict(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072),

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from moe_long_context.rules import rule_table
+from moe_long_context.engine.rules import rule_table
 
 from .families import classify
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from moe_long_context.catalog import load_gpu, load_model
-from moe_long_context.specs import GpuSpec, ModelSpec
+from moe_long_context.model.catalog import load_gpu, load_model
+from moe_long_context.model.specs import GpuSpec, ModelSpec
 
 MODELS = (
     "deepseek-v3",

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moe_long_context.config import TrainingConfig
-from moe_long_context.specs import GpuSpec, ModelSpec
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.model.specs import GpuSpec, ModelSpec
 
 from . import megatron_env
 

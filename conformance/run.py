@@ -22,10 +22,10 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from moe_long_context.config import TrainingConfig
-from moe_long_context.context import build_context
-from moe_long_context.findings import Severity
-from moe_long_context.rules import FAMILIES, run
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.findings import Severity
+from moe_long_context.engine.rules import FAMILIES, run
 
 from .compare import Outcome, compare, load_allowlist
 from .generate import DEFAULT_COUNT, DEFAULT_SEED, generate

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from moe_long_context.registry import TOOLS
+from moe_long_context.faces.registry import TOOLS
 from scripts.harness import REPO, CheckFailed, console_script, main, npm_install, system_node
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"

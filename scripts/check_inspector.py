@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from moe_long_context.registry import TOOLS
+from moe_long_context.faces.registry import TOOLS
 from scripts.harness import console_script, http_server, main, npm_install, package_bin, system_node
 
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"

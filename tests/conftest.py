@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.findings import Severity
+from moe_long_context.engine.findings import Severity
 
 
 def codes(result, severity: str | None = None) -> list[str]:

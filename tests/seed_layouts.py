@@ -1,6 +1,6 @@
 """The seeds' three layouts as bare parallel shapes, for the tests that hand-check values against them.
 
-data/layouts.yaml holds the same layouts with every setting; tests/test_representative.py keeps the shapes
+engine/layouts.yaml holds the same layouts with every setting; tests/test_representative.py keeps the shapes
 here equal to it.
 """
 

@@ -3,7 +3,7 @@ and bad ones with the words the error must contain."""
 
 from __future__ import annotations
 
-from moe_long_context.representative import representative_layouts
+from moe_long_context.engine.representative import representative_layouts
 
 DSV3_128K = next(lay for lay in representative_layouts() if lay.id == "deepseek-v3-128k-h100").config
 QWEN3_128K = next(lay for lay in representative_layouts() if lay.id == "qwen3-235b-a22b-128k-gb200").config

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import error_codes, the
-from moe_long_context.budget import CheckDpBudgetRequest, check_dp_budget
-from moe_long_context.findings import Severity
+from moe_long_context.engine.findings import Severity
+from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
 from seed_layouts import DSV3_128K, DSV3_256K, QWEN_128K
 
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from moe_long_context.catalog import gpu_ids, gpus, load_gpu, load_model, model_ids, models
-from moe_long_context.catalog.hf import spec_from_hf_config
 from moe_long_context.errors import InputError
-from moe_long_context.params import layer_params, model_params
+from moe_long_context.model.catalog import gpu_ids, gpus, load_gpu, load_model, model_ids, models
+from moe_long_context.model.hf import spec_from_hf_config
+from moe_long_context.model.params import layer_params, model_params
 
 EXPECTED_IDS = {
     "deepseek-v3",

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from moe_long_context.cli import main
-from moe_long_context.cp import SizeCpRequest, size_cp
+from moe_long_context.tools.size_cp import SizeCpRequest, size_cp
 
 DSV3 = ["--model", "deepseek-v3", "--gpu", "h100", "--seq-len", "131072"]
 LAYOUT = [*DSV3, "--num-gpus", "256", "--cp", "32", "--ep", "32", "--pp", "8", "--vpp", "4", "--gbs", "64"]

@@ -9,9 +9,9 @@ from conformance.compare import compare, load_allowlist
 from conformance.families import classify
 from conformance.generate import MUTATIONS, generate, layout_string, valid_splits
 
-from moe_long_context.config import TrainingConfig
-from moe_long_context.pipeline import split_from_layout
-from moe_long_context.rules import FAMILIES, rule_table
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.pipeline import split_from_layout
+from moe_long_context.engine.rules import FAMILIES, rule_table
 
 
 def test_generator_is_deterministic_and_balanced():

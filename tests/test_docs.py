@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from moe_long_context.cli import main
-from moe_long_context.docs import PAGES
-from moe_long_context.registry import TOOLS
-from moe_long_context.rules import rule_table
+from moe_long_context.engine.rules import rule_table
+from moe_long_context.faces.docs import PAGES
+from moe_long_context.faces.registry import TOOLS
 
 REFERENCES = Path(__file__).resolve().parents[1] / "references"
 

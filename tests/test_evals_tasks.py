@@ -9,11 +9,11 @@ from collections import Counter
 import jsonschema
 import pytest
 
-from moe_long_context.catalog import models
 from moe_long_context.errors import InputError
 from moe_long_context.evals.build import build, evaluate, render, run_call
 from moe_long_context.evals.tasks import EVALS_JSON, SCHEMA_JSON, load_tasks, schema, validate
-from moe_long_context.registry import TOOLS_BY_NAME
+from moe_long_context.faces.registry import TOOLS_BY_NAME
+from moe_long_context.model.catalog import models
 
 TASKS = load_tasks()
 POSITIVE = [t for t in TASKS if t["expected_skill"]]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import error_codes, the
-from moe_long_context.findings import Severity
-from moe_long_context.graphs import ValidateCudaGraphsRequest, validate_cuda_graph_shapes
+from moe_long_context.engine.findings import Severity
+from moe_long_context.tools.validate_cuda_graph_shapes import (
+    ValidateCudaGraphsRequest,
+    validate_cuda_graph_shapes,
+)
 
 QWEN = dict(model="qwen3-235b-a22b", seq_len=131072, tp=4, cp=4, pp=4, vpp=12, ep=32, num_gpus=128, gbs=16)
 TE = dict(cuda_graph_impl="transformer_engine")

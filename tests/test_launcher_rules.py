@@ -5,10 +5,10 @@ Found by the differential conformance suite (``make conformance``); each test na
 
 from __future__ import annotations
 
-from moe_long_context.config import TrainingConfig
-from moe_long_context.context import build_context
-from moe_long_context.findings import Severity
-from moe_long_context.rules import run
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.findings import Severity
+from moe_long_context.engine.rules import run
 
 QWEN = dict(model="qwen3-30b-a3b", num_gpus=32, seq_len=32768, tp=2, cp=2, pp=2, ep=8, gbs=64)
 

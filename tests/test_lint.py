@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from conftest import error_codes
-from moe_long_context.catalog import load_model
-from moe_long_context.config import TrainingConfig
-from moe_long_context.dialects import parse_bridge_overrides, parse_megatron_args, render_megatron
+from moe_long_context.dialects.overrides import architecture_flags, bridge_override_list, megatron_args_for
+from moe_long_context.dialects.tables import parse_bridge_overrides, parse_megatron_args, render_megatron
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.findings import Severity
 from moe_long_context.errors import InputError
-from moe_long_context.findings import Severity
-from moe_long_context.lint import LintConfigRequest, lint_config
-from moe_long_context.overrides import architecture_flags, bridge_override_list, megatron_args_for
+from moe_long_context.model.catalog import load_model
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 
 DSV3_SCRIPT = (Path(__file__).parent / "data" / "dsv3_128k_h100.sh").read_text()
 

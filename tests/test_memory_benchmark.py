@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from moe_long_context.representative import representative_layouts
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
 
 PUBLISHED = {layout.id: layout.config for layout in representative_layouts()}
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 
 from conftest import error_codes
-from moe_long_context.config import RECOMPUTE_MODULES, TrainingConfig
-from moe_long_context.context import Context, build_context
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from moe_long_context.memory import memory_model
-from moe_long_context.recompute_picker import PickRecomputeRequest, pick_recompute
-from moe_long_context.representative import representative_layouts
-from moe_long_context.rules import run
-from moe_long_context.specs import ModelSpec
+from moe_long_context.engine.config import RECOMPUTE_MODULES, TrainingConfig
+from moe_long_context.engine.context import Context, build_context
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.engine.rules import run
+from moe_long_context.memory.rank_memory import memory_model
+from moe_long_context.model.specs import ModelSpec
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
+from moe_long_context.tools.pick_recompute import PickRecomputeRequest, pick_recompute
 
 # --------------------------------------------------------------------------- dense 7B functional tests
 # Megatron-LM core_r0.19.0 tests/functional_tests/test_cases/gpt/gpt3_7b_{tp1_pp4,tp4_pp1}_memory_speed:
@@ -176,7 +176,7 @@ def test_moonlight_absolute_peak_within_half_a_gb(modules):
 
 
 # --------------------------------------------------------------------------- the seeds' layouts fit
-# The seeds' three layouts as data/layouts.yaml publishes them (the same configurations SKILL.md states):
+# The seeds' three layouts as engine/layouts.yaml publishes them (the same configurations SKILL.md states):
 # DeepSeek-V3 at 128K/256K on H100 with fp8-blockwise, DeepEP, recompute mla_up_proj/layernorm/moe/mlp and
 # optimizer CPU offload; Qwen3-235B-A22B at 128K on GB200 with MXFP8, HybridEP, recompute moe_act/layernorm
 # and attn/moe_router/moe_preprocess graphs (the seed allows BF16 too; BF16 is estimated not to fit).

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.activations import kept, layer_inventory, removed, shard_of
-from moe_long_context.buffers import deepep_buffer_bytes, graph_static_bytes, hybridep_buffer_bytes
-from moe_long_context.config import TrainingConfig
-from moe_long_context.context import build_context
-from moe_long_context.memory import DEFAULT_OVERHEAD_GIB, memory_model
-from moe_long_context.memory_terms import GIB
-from moe_long_context.schedule import peak_in_flight, warmup_forwards
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.schedule import peak_in_flight, warmup_forwards
+from moe_long_context.memory.activations import kept, layer_inventory, removed, shard_of
+from moe_long_context.memory.buffers import deepep_buffer_bytes, graph_static_bytes, hybridep_buffer_bytes
+from moe_long_context.memory.rank_memory import DEFAULT_OVERHEAD_GIB, memory_model
+from moe_long_context.memory.terms import GIB
 from seed_layouts import DSV3_128K, DSV3_SPLIT, QWEN_128K, QWEN_SPLIT
 
 QWEN = dict(QWEN_128K, gbs=64, **QWEN_SPLIT)

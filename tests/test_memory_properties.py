@@ -9,15 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from moe_long_context.catalog import gpu_ids, load_model, model_ids
-from moe_long_context.config import RECOMPUTE_MODULES, TrainingConfig
-from moe_long_context.context import build_context
+from moe_long_context.engine.config import RECOMPUTE_MODULES, TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.findings import errors
+from moe_long_context.engine.pipeline import propose_splits
+from moe_long_context.engine.rules import run
 from moe_long_context.errors import InputError
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from moe_long_context.findings import errors
-from moe_long_context.pipeline import propose_splits
-from moe_long_context.recompute_picker import PickRecomputeRequest, pick_recompute
-from moe_long_context.rules import run
+from moe_long_context.model.catalog import gpu_ids, load_model, model_ids
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
+from moe_long_context.tools.pick_recompute import PickRecomputeRequest, pick_recompute
 
 RECOMPUTE_FIELDS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 

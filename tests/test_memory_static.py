@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.config import TrainingConfig
-from moe_long_context.context import build_context
-from moe_long_context.memory import RankMemory, memory_model
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.memory.rank_memory import RankMemory, memory_model
 from seed_layouts import QWEN_128K, QWEN_SPLIT
 
 # --------------------------------------------------------------------------- DeepSeek-V3, one layer

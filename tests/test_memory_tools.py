@@ -9,11 +9,11 @@ from pydantic import ValidationError
 
 from conftest import codes, the
 from moe_long_context.cli import main
-from moe_long_context.config import RECOMPUTE_MODULES
+from moe_long_context.engine.config import RECOMPUTE_MODULES
 from moe_long_context.errors import InputError
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from moe_long_context.recompute_picker import PREFERENCE, PickRecomputeRequest, pick_recompute
-from moe_long_context.registry import TOOLS_BY_NAME
+from moe_long_context.faces.registry import TOOLS_BY_NAME
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
+from moe_long_context.tools.pick_recompute import PREFERENCE, PickRecomputeRequest, pick_recompute
 from seed_layouts import DSV3_128K, DSV3_SPLIT
 
 DSV3 = dict(

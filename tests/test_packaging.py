@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 from moe_long_context import __version__
-from moe_long_context.server_content import SKILL_NAME
+from moe_long_context.faces.server_content import SKILL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.catalog import load_model
-from moe_long_context.config import TrainingConfig
-from moe_long_context.context import build_context
-from moe_long_context.perf import model_flops_per_token, step_time
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.step_time import model_flops_per_token, step_time
+from moe_long_context.model.catalog import load_model
 
 
 def test_model_flops_match_megatron_formula_for_qwen3_30b():

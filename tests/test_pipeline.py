@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.pipeline import (
+from moe_long_context.engine.pipeline import (
     balanced_layout,
     compress_layout,
     parse_layout,

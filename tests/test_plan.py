@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moe_long_context.config import TrainingConfig
+from moe_long_context.engine.config import TrainingConfig
 from moe_long_context.errors import InputError
-from moe_long_context.estimate import EstimateMemoryRequest, estimate_memory
-from moe_long_context.lint import LintConfigRequest, lint_config
-from moe_long_context.planner import PlanLayoutRequest, plan_layout
-from moe_long_context.report import render_plan_report
+from moe_long_context.faces.report import render_plan_report
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
+from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
 
 
 def plan(**kw):

@@ -8,12 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from moe_long_context.budget import CheckDpBudgetRequest, check_dp_budget
-from moe_long_context.catalog import model_ids
-from moe_long_context.cp import SizeCpRequest, size_cp
+from moe_long_context.engine.findings import has_errors
 from moe_long_context.errors import InputError
-from moe_long_context.findings import has_errors
-from moe_long_context.graphs import ValidateCudaGraphsRequest, validate_cuda_graph_shapes
+from moe_long_context.model.catalog import model_ids
+from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
+from moe_long_context.tools.size_cp import SizeCpRequest, size_cp
+from moe_long_context.tools.validate_cuda_graph_shapes import (
+    ValidateCudaGraphsRequest,
+    validate_cuda_graph_shapes,
+)
 
 pow2 = st.sampled_from([1, 2, 4, 8, 16, 32, 64])
 models = st.sampled_from(model_ids())

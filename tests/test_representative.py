@@ -1,14 +1,17 @@
-"""Representative layouts (data/layouts.yaml): each passes the engine with the DP/EDP it states."""
+"""Representative layouts (engine/layouts.yaml): each passes the engine with the DP/EDP it states."""
 
 from __future__ import annotations
 
 import pytest
 
-from moe_long_context.budget import CheckDpBudgetRequest, check_dp_budget
-from moe_long_context.config import RECOMPUTE_MODULES
-from moe_long_context.findings import Severity
-from moe_long_context.graphs import ValidateCudaGraphsRequest, validate_cuda_graph_shapes
-from moe_long_context.representative import representative_layouts
+from moe_long_context.engine.config import RECOMPUTE_MODULES
+from moe_long_context.engine.findings import Severity
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
+from moe_long_context.tools.validate_cuda_graph_shapes import (
+    ValidateCudaGraphsRequest,
+    validate_cuda_graph_shapes,
+)
 from seed_layouts import DSV3_128K, DSV3_256K, DSV3_SPLIT, QWEN_128K, QWEN_SPLIT
 
 CASES = [(lay, config) for lay in representative_layouts() for config in lay.configs()]
@@ -33,7 +36,7 @@ def test_the_three_seed_layouts():
 
 
 def test_seed_shapes_in_the_tests_are_the_published_ones():
-    """tests/seed_layouts.py (the hand-checked tests' shapes) says what data/layouts.yaml says."""
+    """tests/seed_layouts.py (the hand-checked tests' shapes) says what engine/layouts.yaml says."""
     published = {lay.id: lay.config for lay in representative_layouts()}
     for shape, split, layout_id in (
         (DSV3_128K, DSV3_SPLIT, "deepseek-v3-128k-h100"),

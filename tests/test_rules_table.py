@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from moe_long_context.rules import FAMILIES, rule_table
+from moe_long_context.engine.rules import FAMILIES, rule_table
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tools" / "moe_long_context"
 

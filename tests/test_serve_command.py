@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from moe_long_context.cli import main
-from moe_long_context.server import parse_bind, transport_security
+from moe_long_context.faces.server import parse_bind, transport_security
 
 
 def test_the_cli_imports_the_mcp_sdk_only_to_serve():

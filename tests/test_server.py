@@ -11,14 +11,14 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import PromptReference, ResourceTemplateReference
 
-from moe_long_context import server as server_module
-from moe_long_context import server_content
-from moe_long_context.config import TrainingConfig
-from moe_long_context.overrides import bridge_override_list
-from moe_long_context.registry import TOOLS, TOOLS_BY_NAME
-from moe_long_context.representative import representative_layouts
-from moe_long_context.rules import rule_table
-from moe_long_context.server import server
+from moe_long_context.dialects.overrides import bridge_override_list
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.engine.rules import rule_table
+from moe_long_context.faces import server as server_module
+from moe_long_context.faces import server_content
+from moe_long_context.faces.registry import TOOLS, TOOLS_BY_NAME
+from moe_long_context.faces.server import server
 from server_cases import BAD_CALLS, VALID_CALLS
 
 pytestmark = pytest.mark.anyio

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
-from moe_long_context.catalog import gpu_ids, model_ids
-from moe_long_context.registry import TOOLS
-from moe_long_context.server import server
+from moe_long_context.faces.registry import TOOLS
+from moe_long_context.faces.server import server
+from moe_long_context.model.catalog import gpu_ids, model_ids
 
 CALL_TIME_LIMIT_S = 10
 EXAMPLES = int(os.environ.get("MOE_LC_FUZZ_EXAMPLES", "300"))

@@ -14,7 +14,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from scripts.harness import http_server
 
-from moe_long_context.registry import TOOLS
+from moe_long_context.faces.registry import TOOLS
 from server_cases import BAD_CALLS, VALID_CALLS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import error_codes
-from moe_long_context.cp import SizeCpRequest, size_cp
 from moe_long_context.errors import InputError
+from moe_long_context.tools.size_cp import SizeCpRequest, size_cp
 
 
 def cp_for(**kw):

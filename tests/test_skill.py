@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from moe_long_context import __version__
-from moe_long_context.registry import TOOLS
+from moe_long_context.faces.registry import TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}

@@ -20,18 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from moe_long_context import dialects
-from moe_long_context.catalog import gpu_ids, load_gpu, load_model, model_ids
 from moe_long_context.cli import build_parser
-from moe_long_context.config import RECOMPUTE_MODULES, CudaGraphImpl, TrainingConfig
-from moe_long_context.findings import Severity
-from moe_long_context.pipeline import parse_layout, propose_splits
-from moe_long_context.registry import TOOLS
-from moe_long_context.representative import representative_layouts
-from moe_long_context.rules import rule_table
-from moe_long_context.rules.cp import shard_target
-from moe_long_context.rules.graphs import CUDA_GRAPH_MODULES
-from moe_long_context.rules.recompute import INFORMAL_LABELS
+from moe_long_context.dialects import tables as dialects
+from moe_long_context.engine.config import RECOMPUTE_MODULES, CudaGraphImpl, TrainingConfig
+from moe_long_context.engine.findings import Severity
+from moe_long_context.engine.pipeline import parse_layout, propose_splits
+from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.engine.rules import rule_table
+from moe_long_context.engine.rules.cp import shard_target
+from moe_long_context.engine.rules.graphs import CUDA_GRAPH_MODULES
+from moe_long_context.engine.rules.recompute import INFORMAL_LABELS
+from moe_long_context.faces.registry import TOOLS
+from moe_long_context.model.catalog import gpu_ids, load_gpu, load_model, model_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL_NAME = "nemo-mbridge-perf-moe-long-context"
@@ -204,7 +204,7 @@ def test_layout_statements_pass_check_dp_budget_with_the_stated_dp_and_edp():
 
 
 def test_published_layouts_are_written_as_the_engine_has_them():
-    """SKILL.md and card.yaml state each layout of data/layouts.yaml with its sizes and expected DP/EDP."""
+    """SKILL.md and card.yaml state each layout of engine/layouts.yaml with its sizes and expected DP/EDP."""
     for doc in ("SKILL.md", "card.yaml"):
         stated = {(m["model"], int(m["gpus"]), m["gpu"], int(m["seq"])): m for _, m in matches(LAYOUT, [doc])}
         for layout in LAYOUTS.values():
@@ -238,7 +238,7 @@ def test_cp_statements_match_size_cp():
 
 
 def _layout_config(layout_id: str, precision: str | None = None) -> dict:
-    assert layout_id in LAYOUTS, f"{layout_id} is not a layout of data/layouts.yaml"
+    assert layout_id in LAYOUTS, f"{layout_id} is not a layout of engine/layouts.yaml"
     config = dict(LAYOUTS[layout_id].config)
     if precision:
         config["precision"] = precision
@@ -441,7 +441,7 @@ def _cli_options(parser) -> set[str]:
 NOTATION = {
     "seq % (2 x CP) == 0", "seq % (CP x TP) == 0", "[seq/CP (/TP with sequence parallelism), MBS, hidden]",
     "E", "t", "m", "L", "|", "(...)*n", "x*n", "-", "key=value", "torchrun ... pretrain_gpt.py",
-    "megatron/core/", "megatron/training/", "megatron/bridge/", "data/layouts.yaml",
+    "megatron/core/", "megatron/training/", "megatron/bridge/", "engine/layouts.yaml",
     "initialize_model_parallel",  # Megatron Core's parallel_state function, cited as the check's home
 }  # fmt: skip
 

@@ -1,6 +1,7 @@
 """Deterministic engine for planning long-context MoE training on Megatron Bridge / Megatron Core.
 
-The core (everything here except ``server`` and ``cli``) is pure: no printing, no network, no writes.
+Every layer below ``faces`` is pure: no printing, no network, no writes. The folders are the layers
+(see tests/test_architecture.py for their order).
 Target versions: Megatron Bridge 0.6.x on Megatron Core 0.19.x with Transformer Engine 2.14.
 """
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from ..dialects import flags_for, flatten_config, keys_for
+from ..dialects.tables import flags_for, flatten_config, keys_for
 from ..errors import InputError
-from ..registry import TOOLS_BY_NAME
+from ..faces.registry import TOOLS_BY_NAME
 from .tasks import SKILL_NAME, TASKS_YAML, validate
 
 PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")

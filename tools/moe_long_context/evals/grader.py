@@ -27,12 +27,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..catalog import load_gpu, load_model
-from ..cp import comm_type_for
+from ..engine.rules import rule_table
 from ..errors import InputError
-from ..planner import default_dispatcher, default_precision
-from ..registry import TOOLS, TOOLS_BY_NAME
-from ..rules import rule_table
+from ..faces.registry import TOOLS, TOOLS_BY_NAME
+from ..model.catalog import load_gpu, load_model
+from ..tools.plan_search import default_dispatcher, default_precision
+from ..tools.size_cp import comm_type_for
 from . import extract
 from .tasks import PRECISION_TYPES, RECALL_TYPES
 

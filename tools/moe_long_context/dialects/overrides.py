@@ -1,0 +1,116 @@
+"""A configuration written out in full in either dialect: Megatron-LM flags or Megatron Bridge overrides.
+
+Only settings that differ from what the dialect does by itself are written: Megatron-LM's argparse
+defaults for flags, Bridge's MoE recipe defaults (the engine's TrainingConfig defaults) for overrides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.config import TrainingConfig
+from ..model.specs import ModelSpec
+from .tables import bridge_items, dialect_table, megatron_tokens, render_bridge
+
+# Engine fields that describe the job rather than a Megatron setting, or that have no flag.
+_NOT_SETTINGS = {"launcher", "model", "gpu", "num_gpus", "mtp_num_layers"}
+
+
+def _written(name: str, cfg: TrainingConfig) -> bool:
+    """Whether a field belongs in a written-out configuration: a Megatron setting that means something here."""
+    if name not in TrainingConfig.model_fields or name in _NOT_SETTINGS:
+        return False
+    conditions = dialect_table()["fields"][name].get("applies_when", {})
+    return all(getattr(cfg, other) in values for other, values in conditions.items())
+
+
+def megatron_defaults() -> dict[str, Any]:
+    """What Megatron-LM uses for each engine field when its flag is absent."""
+    out = {}
+    for name, spec in dialect_table()["fields"].items():
+        m = spec.get("megatron", {})
+        if "absent" in m and name in TrainingConfig.model_fields:
+            out[name] = m["absent"]
+    return out
+
+
+def architecture_flags(model: ModelSpec, mtp_layers: int | None = None) -> list[str]:
+    """Megatron-LM model-architecture flags for a ModelSpec (the ones the engine reads back)."""
+    m = model
+    out = [
+        "--num-layers", str(m.num_layers),
+        "--hidden-size", str(m.hidden_size),
+        "--ffn-hidden-size", str(m.ffn_hidden_size),
+        "--num-attention-heads", str(m.num_attention_heads),
+    ]  # fmt: skip
+    if m.is_mla:
+        out += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)]
+        if m.q_lora_rank:
+            out += ["--q-lora-rank", str(m.q_lora_rank)]
+        out += ["--qk-head-dim", str(m.head_dim), "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim),
+                "--v-head-dim", str(m.v_head_dim)]  # fmt: skip
+    else:
+        out += ["--group-query-attention", "--num-query-groups", str(m.num_query_groups), "--kv-channels",
+                str(m.head_dim)]  # fmt: skip
+    out += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.moe_router_topk),
+            "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]  # fmt: skip
+    if m.moe_shared_expert_intermediate_size:
+        out += ["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)]
+    if m.num_dense_layers:
+        out += ["--moe-layer-freq", f"([0]*{m.num_dense_layers}+[1]*{m.num_moe_layers})"]
+    if not m.tie_embeddings:
+        out.append("--untie-embeddings-and-output-weights")
+    mtp = m.mtp_num_layers if mtp_layers is None else mtp_layers
+    if mtp:
+        out += ["--mtp-num-layers", str(mtp)]
+    return out
+
+
+def megatron_args_for(cfg: TrainingConfig, model: ModelSpec | None = None) -> list[str]:
+    """Megatron-LM tokens for every engine setting that differs from Megatron-LM's own default."""
+    defaults = megatron_defaults()
+    tokens: list[str] = []
+    if model is not None:
+        tokens += architecture_flags(model, cfg.mtp_num_layers)
+    for name in dialect_table()["fields"]:
+        if not _written(name, cfg):
+            continue
+        value = getattr(cfg, name)
+        if name == "vpp" and cfg.pipeline_layout is not None:
+            continue  # Megatron-LM derives VPP from the layout and refuses both
+        if name == "precision" or value != defaults.get(name, _missing):
+            tokens += megatron_tokens(name, value)
+    return tokens
+
+
+def bridge_overrides_for(cfg: TrainingConfig) -> dict[str, Any]:
+    """Bridge override keys for every engine setting that differs from Bridge's MoE recipe defaults."""
+    items: dict[str, Any] = {}
+    for name in dialect_table()["fields"]:
+        if not _written(name, cfg):
+            continue
+        value = getattr(cfg, name)
+        if value != TrainingConfig.model_fields[name].default or name == "precision":
+            items.update(bridge_items(name, value))
+    if cfg.mtp_num_layers is not None:
+        items["model.mtp_num_layers"] = cfg.mtp_num_layers
+    return items
+
+
+def bridge_python_snippet(cfg: TrainingConfig, recipe: str = "<your recipe>_config()") -> str:
+    """A short Python snippet applying the overrides to a Megatron Bridge recipe's ConfigContainer."""
+    lines = ["# apply to a Megatron Bridge ConfigContainer, e.g. cfg = " + recipe]
+    for key, value in bridge_overrides_for(cfg).items():
+        lines.append(f"cfg.{key} = {value!r}")
+    return "\n".join(lines)
+
+
+def bridge_override_list(cfg: TrainingConfig) -> list[str]:
+    return render_bridge(bridge_overrides_for(cfg))
+
+
+class _Missing:
+    pass
+
+
+_missing = _Missing()

@@ -1,0 +1,53 @@
+"""Representative layouts: the published long-context MoE configurations, as engine requests.
+
+The data lives in ``engine/layouts.yaml``. Each layout's ``config`` is a set of ``TrainingConfig`` fields, so
+any tool can take it as arguments; the loader refuses a key or value the engine would not accept.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .config import TrainingConfig
+
+
+class ExpectedParallelism(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int = Field(ge=1, description="Data-parallel size the layout gives.")
+    edp: int = Field(ge=1, description="Expert data-parallel size the layout gives.")
+
+
+class RepresentativeLayout(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    title: str
+    source: str = Field(description="Where the configuration family is published.")
+    config: dict[str, Any] = Field(description="TrainingConfig fields: arguments any tool accepts.")
+    variants: list[dict[str, Any]] = Field(
+        default_factory=list, description="Settings that are equally representative (overrides of config)."
+    )
+    expect: ExpectedParallelism
+    chosen: list[str] = Field(description="What this project filled in where the source is silent, and why.")
+
+    @model_validator(mode="after")
+    def _configs_are_valid(self) -> RepresentativeLayout:
+        for config in self.configs():
+            TrainingConfig(**config)
+        return self
+
+    def configs(self) -> list[dict[str, Any]]:
+        """The base config followed by each variant applied to it."""
+        return [self.config, *({**self.config, **variant} for variant in self.variants)]
+
+
+@cache
+def representative_layouts() -> tuple[RepresentativeLayout, ...]:
+    text = resources.files(__package__).joinpath("layouts.yaml").read_text()
+    return tuple(RepresentativeLayout(**entry) for entry in yaml.safe_load(text)["layouts"])

@@ -1,0 +1,243 @@
+"""Context-parallel checks: sequence divisibility, cp_comm_type legality per attention type, hierarchy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from math import prod
+
+from ...model.specs import GpuSpec, ModelSpec
+from ..context import Context
+from ..findings import Finding
+from .table import check, finding
+
+
+def kv_heads_per_tp_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one TP rank holds at core attention (Megatron keeps one when TP > query groups)."""
+    if model.is_mla:
+        return model.num_attention_heads // tp if model.num_attention_heads % tp == 0 else 1
+    g = model.num_query_groups
+    return g // tp if g >= tp and g % tp == 0 else 1
+
+
+def q_heads_per_tp_rank(model: ModelSpec, tp: int) -> int:
+    return model.num_attention_heads // tp if model.num_attention_heads % tp == 0 else 1
+
+
+def max_a2a_size(model: ModelSpec, tp: int) -> int:
+    """Largest Ulysses (a2a) degree the heads allow: it must divide the Q and KV heads per TP rank."""
+    q, kv = q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)
+    return max(d for d in range(1, kv + 1) if kv % d == 0 and q % d == 0)
+
+
+def comm_type_findings(
+    model: ModelSpec,
+    tp: int,
+    cp: int,
+    comm: str | None,
+    hierarchy: list[int] | None,
+    packed: bool,
+) -> list[Finding]:
+    """Errors Transformer Engine 2.14 / Megatron raise for this cp_comm_type on this model."""
+    out: list[Finding] = []
+    if cp == 1:
+        if hierarchy and prod(hierarchy) != 1:
+            out.append(
+                finding(
+                    "CP_HIERARCHY_PRODUCT",
+                    f"hierarchical_cp_sizes={hierarchy} multiply to {prod(hierarchy)}, but CP=1.",
+                    "Drop hierarchical_cp_sizes, or make their product equal CP.",
+                    ["hierarchical_cp_sizes", "cp"],
+                )
+            )
+        return out
+    effective = comm or "p2p"
+    keys = ["cp_comm_type"]
+    if effective == "a2a+p2p":
+        if not hierarchy:
+            out.append(
+                finding(
+                    "CP_HIERARCHY_REQUIRED",
+                    "cp_comm_type a2a+p2p without hierarchical_cp_sizes.",
+                    f"Set hierarchical_cp_sizes=[a2a, p2p] with a2a x p2p = {cp}, a2a inside the NVLink domain.",
+                    ["hierarchical_cp_sizes", "cp_comm_type"],
+                )
+            )
+        elif prod(hierarchy) != cp or len(hierarchy) != 2:
+            out.append(
+                finding(
+                    "CP_HIERARCHY_PRODUCT",
+                    f"hierarchical_cp_sizes={hierarchy} must be two levels [a2a, p2p] multiplying to CP={cp}.",
+                    f"Use two sizes whose product is {cp}, e.g. [{min(8, cp)}, {cp // min(8, cp)}].",
+                    ["hierarchical_cp_sizes", "cp"],
+                )
+            )
+    elif hierarchy:
+        out.append(
+            finding(
+                "CP_HIERARCHY_UNUSED",
+                f"hierarchical_cp_sizes={hierarchy} has no effect with cp_comm_type {effective}.",
+                "Drop it, or use cp_comm_type a2a+p2p.",
+                ["hierarchical_cp_sizes"],
+            )
+        )
+        if prod(hierarchy) != cp:
+            out.append(
+                finding(
+                    "CP_HIERARCHY_PRODUCT",
+                    f"hierarchical_cp_sizes={hierarchy} multiply to {prod(hierarchy)}, not CP={cp}.",
+                    "Make the product equal CP or drop the setting.",
+                    ["hierarchical_cp_sizes", "cp"],
+                )
+            )
+    # TE degrades a2a+p2p with a level of size 1 to plain p2p or a2a.
+    a2a_size = None
+    if effective == "a2a":
+        a2a_size = cp
+    elif effective == "a2a+p2p" and hierarchy and len(hierarchy) == 2 and prod(hierarchy) == cp:
+        a2a_size = hierarchy[0]
+        if hierarchy[0] == 1:
+            effective, a2a_size = "p2p", None
+        elif hierarchy[1] == 1:
+            effective = "a2a"
+    if a2a_size and a2a_size > 1:
+        q, kv = q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)
+        if q % a2a_size or kv % a2a_size:
+            largest = max_a2a_size(model, tp)
+            out.append(
+                finding(
+                    "CP_A2A_HEADS",
+                    f"a2a over {a2a_size} ranks needs the heads per TP rank divisible by {a2a_size}: "
+                    f"TP={tp} leaves {q} query and {kv} KV heads per rank.",
+                    f"Use cp_comm_type p2p, or an a2a size dividing {kv} (at most {largest}).",
+                    [*keys, "cp", "tp"],
+                )
+            )
+    if model.is_mla and effective not in ("p2p", "a2a+p2p"):
+        out.append(
+            finding(
+                "CP_MLA_COMM_TYPE",
+                f"{model.name} uses MLA (K and V head dims differ); TE 2.14 runs MLA with CP only over p2p or "
+                f"a2a+p2p, not {effective}.",
+                "Use cp_comm_type p2p (or a2a+p2p with hierarchical_cp_sizes).",
+                keys,
+            )
+        )
+    if model.has_sliding_window and effective not in ("a2a", "all_gather"):
+        out.append(
+            finding(
+                "CP_SLIDING_WINDOW_COMM_TYPE",
+                f"{model.name} has sliding-window layers; TE 2.14 supports them with CP only over a2a or "
+                f"all_gather, not {effective}.",
+                "Use cp_comm_type a2a"
+                + (" (learned sinks allow nothing else)" if model.softmax_sinks else "")
+                + ".",
+                keys,
+            )
+        )
+    if model.softmax_sinks and effective != "a2a":
+        out.append(
+            finding(
+                "CP_SINKS_COMM_TYPE",
+                f"{model.name} uses learned softmax sinks; TE 2.14 supports them with CP only over a2a, "
+                f"not {effective}.",
+                "Use cp_comm_type a2a (CP is then bounded by the KV heads per TP rank).",
+                keys,
+            )
+        )
+    if packed and effective in ("all_gather", "a2a+p2p"):
+        out.append(
+            finding(
+                "CP_THD_COMM_TYPE",
+                f"Packed (THD) sequences are not supported by {effective} CP in TE 2.14.",
+                "Use cp_comm_type p2p or a2a with packed sequences.",
+                [*keys, "packed_sequences"],
+            )
+        )
+    return out
+
+
+def sequence_findings(seq: int, tp: int, cp: int, sp: bool) -> list[Finding]:
+    out = []
+    if cp > 1 and seq % (2 * cp):
+        good = [c for c in (cp // 2, cp * 2) if c >= 1 and seq % (2 * c) == 0]
+        out.append(
+            finding(
+                "SEQ_CP_DIVISIBILITY",
+                f"seq_len={seq} is not divisible by 2 x CP = {2 * cp}.",
+                f"Use seq_len {seq // (2 * cp) * 2 * cp} or {(seq // (2 * cp) + 1) * 2 * cp}"
+                + (f", or CP in {good}" if good else "")
+                + ".",
+                ["seq_len", "cp"],
+            )
+        )
+    if sp and tp > 1 and seq % (cp * tp):
+        out.append(
+            finding(
+                "SEQ_CP_TP_DIVISIBILITY",
+                f"With sequence parallelism each CP shard of {seq} tokens is split over TP={tp}: seq_len must "
+                f"be divisible by CP x TP = {cp * tp}.",
+                f"Use seq_len {(seq // (cp * tp) + 1) * cp * tp}, or a TP that divides {seq // cp}.",
+                ["seq_len", "cp", "tp"],
+            )
+        )
+    return out
+
+
+def shard_target(gpu: GpuSpec | None) -> int:
+    """Tokens per TP x CP shard to start from: about 4096 on 8-GPU NVLink, about 8192 on NVL72."""
+    return 8192 if gpu is not None and gpu.is_nvl72 else 4096
+
+
+@check("sequence")
+def sequence_divisibility(ctx: Context) -> Iterator[Finding]:
+    c = ctx.cfg
+    if c.seq_len is not None:
+        yield from sequence_findings(c.seq_len, c.tp, c.cp, ctx.sequence_parallel)
+
+
+@check("cp")
+def comm_type(ctx: Context) -> Iterator[Finding]:
+    c = ctx.cfg
+    yield from comm_type_findings(
+        ctx.model, c.tp, c.cp, c.cp_comm_type, c.hierarchical_cp_sizes, c.packed_sequences
+    )
+    if c.cp > 1 and c.packed_sequences:
+        yield finding(
+            "CP_PACKED_DOCUMENTS",
+            f"Packed sequences with CP={c.cp}: every document is padded to a multiple of {2 * c.cp} tokens.",
+            None,
+            ["packed_sequences", "cp"],
+        )
+
+
+@check("cp")
+def shard_size(ctx: Context) -> Iterator[Finding]:
+    c = ctx.cfg
+    if c.seq_len is None or (c.cp == 1 and c.seq_len <= 16384):
+        return
+    shard = c.seq_len // (c.cp * c.tp)
+    target = shard_target(ctx.gpu)
+    if shard < 1024:
+        yield finding(
+            "CP_SHARD_SIZE",
+            f"{shard} tokens per TP x CP shard (TP={c.tp}, CP={c.cp}): attention kernels this small are "
+            f"dominated by communication (target about {target}).",
+            f"Use a smaller CP (about {max(1, c.seq_len // (target * c.tp))}) and spend the GPUs on DP or EP.",
+            ["cp"],
+        )
+    elif shard > 4 * target:
+        yield finding(
+            "CP_SHARD_SIZE",
+            f"{shard} tokens per TP x CP shard (TP={c.tp}, CP={c.cp}), over 4x the usual target of {target}: "
+            "activations and attention time per rank grow with it.",
+            "Check memory with estimate_memory; size_cp gives the CP for the target.",
+            ["cp"],
+        )
+    if ctx.gpu is not None and c.cp * c.tp > ctx.gpu.nvlink_domain and (c.cp_comm_type or "p2p") == "a2a":
+        yield finding(
+            "CP_OUTSIDE_NVLINK",
+            f"TP x CP = {c.tp * c.cp} spans more than one {ctx.gpu.nvlink_domain}-GPU NVLink domain with a2a: "
+            "the all-to-all of every attention layer crosses the network.",
+            "Use a2a+p2p with the a2a level inside the domain, or p2p.",
+            ["cp_comm_type", "cp"],
+        )

@@ -1,0 +1,344 @@
+"""Analytic step-time model: how fast a layout trains, term by term, with its assumptions written down.
+
+Model FLOPs follow Megatron-LM's ``num_floating_point_operations`` (core_r0.19.0 training.py): 3 x 2 x
+tokens x (active linear weights) + the causal core-attention term, logits and MTP included; MFU and
+"model TFLOP/s per GPU" use them with Megatron Bridge's denominators (dense FP8 peak where the GPU has
+one). Time is what the busiest pipeline stage spends per microbatch - GEMMs at an achieved fraction of
+peak, flash attention, memory-bound work, exposed TP/CP/EP communication over NVLink or the network -
+times the 1F1B schedule ``(m + (PP - 1) / VPP)``, plus the data-parallel gradient sync that is not
+overlapped and the optimizer step. Constants are stated in ``ASSUMPTIONS`` with their rationale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..model.params import attention_params, layer_params, mlp_params, spec_cache
+from ..model.specs import GpuSpec, ModelSpec
+from .context import Context
+from .pipeline import PipelineSplit
+
+# Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
+GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
+GROUPED_GEMM_EFFICIENCY = 0.75  # relative to GEMM_EFFICIENCY for the expert grouped GEMMs
+ATTENTION_EFFICIENCY = 0.45  # flash attention fwd+bwd, of the BF16 peak
+NVLINK_EFFICIENCY = 0.70
+NETWORK_EFFICIENCY = 0.75
+A2A_EFFICIENCY = {"alltoall": 0.45, "allgather": 0.35, "flex-deepep": 0.70, "flex-hybridep": 0.75,
+                  "flex-ncclep": 0.65}  # fmt: skip
+ELEMENTWISE_BYTES_PER_TOKEN_H = 48  # bytes moved through HBM per token per layer, per unit of hidden size
+TP_OVERLAP = 0.5  # share of TP collectives hidden behind GEMMs
+CP_OVERLAP = 0.8  # share of the p2p KV exchange hidden behind attention (ring), a2a is not hidden
+EP_OVERLAP = 0.5  # share of the expert all-to-all hidden with --overlap-moe-expert-parallel-comm
+DP_EXPOSED = 0.2  # share of the gradient reduce-scatter / parameter all-gather not overlapped
+CPU_ADAM_BYTES_PER_S = 20e9  # host-side Adam throughput on offloaded state (bytes of state per second)
+
+ASSUMPTIONS = [
+    "Model FLOPs: Megatron-LM num_floating_point_operations (3 x fwd, FMA = 2, causal core attention halved), "
+    "logits and MTP layers included; recompute adds hardware FLOPs but not model FLOPs.",
+    f"GEMMs reach {GEMM_EFFICIENCY['bf16']:.0%} of the BF16 peak, {GEMM_EFFICIENCY['fp8']:.0%} of the FP8 peak "
+    f"(casts and amax included), {GEMM_EFFICIENCY['fp4']:.0%} of FP4; expert grouped GEMMs "
+    f"{GROUPED_GEMM_EFFICIENCY:.0%} of that (small per-expert shapes).",
+    f"Flash attention (fwd + bwd) runs in BF16 at {ATTENTION_EFFICIENCY:.0%} of the BF16 peak; sliding-window "
+    "layers attend to at most the window; Gated DeltaNet layers cost their projections plus 4 n_v d_v^2 per token.",
+    f"Memory-bound work (norms, activations, permutes, residuals) moves {ELEMENTWISE_BYTES_PER_TOKEN_H} x hidden "
+    "bytes per token per layer through HBM (fwd + bwd).",
+    f"NVLink collectives reach {NVLINK_EFFICIENCY:.0%} and the scale-out network {NETWORK_EFFICIENCY:.0%} of the "
+    "per-GPU link bandwidth of the catalog; a group wider than the NVLink domain runs at the network rate.",
+    "TP with sequence parallelism: all-gather + reduce-scatter of [tokens, hidden] around attention and the "
+    f"dense/shared MLP, fwd and bwd; {TP_OVERLAP:.0%} hidden behind GEMMs.",
+    "CP p2p (ring): K and V of every other shard stream past each rank (fwd, and K, V, dK, dV in bwd), "
+    f"{CP_OVERLAP:.0%} of it hidden behind attention; a2a exchanges Q, K, V and O by head before and after "
+    "attention, not hidden; a2a+p2p does a2a inside its first level and the ring over the second.",
+    "The output layer (logits) runs in BF16 also when the transformer layers run FP8/FP4.",
+    "EP: dispatch and combine of tokens x top-k x hidden (FP8 dispatch with quantized precision, BF16 combine), "
+    "fwd and bwd; the share leaving a node crosses the network; dispatcher efficiency "
+    + ", ".join(f"{k} {v:.0%}" for k, v in A2A_EFFICIENCY.items())
+    + f"; with ep_overlap {EP_OVERLAP:.0%} hidden.",
+    "Pipeline: step = (microbatches + (PP - 1) / VPP) x the busiest stage's microbatch time (interleaved 1F1B); "
+    "P2P activation transfers are hidden.",
+    f"Data parallel: gradient reduce-scatter and parameter all-gather over DP x CP (dense) and EDP (experts), "
+    f"{DP_EXPOSED:.0%} exposed. Optimizer step reads and writes its state once at HBM speed; offloaded state is "
+    f"updated on the host at {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s of state.",
+    "Token routing is balanced (Megatron Bridge's published numbers force-balance the experts).",
+]
+
+
+@dataclass
+class StepTime:
+    """Seconds per training step, by term, and the resulting throughput."""
+
+    terms: dict[str, float] = field(default_factory=dict)  # per microbatch on the busiest stage, seconds
+    step_s: float = 0.0
+    model_flops_per_step: float = 0.0
+    tokens_per_step: int = 0
+    tflops_per_gpu: float = 0.0
+    mfu: float = 0.0
+    mfu_denominator_tflops: float = 0.0
+    bubble_fraction: float = 0.0
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float:
+    """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving)."""
+    n = spec.num_attention_heads
+    if layer_type == "linear":
+        nv, dv = spec.linear_num_value_heads or 0, spec.linear_value_head_dim or 0
+        return 2 * nv * dv * dv * 4
+    if spec.is_mla:
+        width = n * (spec.head_dim + (spec.qk_pos_emb_head_dim or 0)) / 2 + n * (spec.v_head_dim or 0) / 2
+    else:
+        width = n * spec.head_dim  # (QK^T + AV) x causal half
+    keys = seq if layer_type != "sliding" or not spec.sliding_window else min(seq, 2 * spec.sliding_window)
+    return 2 * width * keys
+
+
+def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full: bool = False) -> float:
+    """Forward FLOPs per token of decoder layer ``index`` (linear layers and core attention)."""
+    layer_type = spec.attention_layer_types[index]
+    attn, _ = attention_params(spec, layer_type)
+    shared, _, active, _ = mlp_params(spec, spec.moe_layers[index])
+    router = spec.hidden_size * spec.num_experts if spec.moe_layers[index] else 0
+    core_type = "full" if sliding_as_full and layer_type == "sliding" else layer_type
+    return 2 * (attn + shared + active + router) + _core_attention_flops_per_token(spec, core_type, seq)
+
+
+def model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
+    """Megatron's model FLOPs per token (fwd + bwd), including logits and MTP."""
+    cache = spec_cache(spec)
+    key = ("model_flops_per_token", seq, mtp_layers)
+    if key not in cache:
+        cache[key] = _model_flops_per_token(spec, seq, mtp_layers)
+    return cache[key]
+
+
+def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
+    h = spec.hidden_size
+    kinds: dict[tuple[str, bool], int] = {}
+    first: dict[tuple[str, bool], int] = {}
+    for i in range(spec.num_layers):
+        key = (spec.attention_layer_types[i], spec.moe_layers[i])
+        kinds[key] = kinds.get(key, 0) + 1
+        first.setdefault(key, i)
+    fwd = sum(
+        n * layer_flops_per_token(spec, first[key], seq, sliding_as_full=True) for key, n in kinds.items()
+    )
+    last = spec.num_layers - 1
+    fwd += mtp_layers * (layer_flops_per_token(spec, last, seq, sliding_as_full=True) + 2 * (2 * h * h))
+    fwd += 2 * h * spec.vocab_size * (1 + mtp_layers)
+    return 3 * fwd
+
+
+# --------------------------------------------------------------------------- time
+
+
+def _gemm_rate(gpu: GpuSpec, precision: str) -> float:
+    """Achieved FLOP/s of dense GEMMs in this precision."""
+    if precision == "nvfp4" and gpu.fp4_tflops:
+        return gpu.fp4_tflops * 1e12 * GEMM_EFFICIENCY["fp4"]
+    if precision != "bf16":
+        return gpu.fp8_tflops * 1e12 * GEMM_EFFICIENCY["fp8"]
+    return gpu.bf16_tflops * 1e12 * GEMM_EFFICIENCY["bf16"]
+
+
+def _group_bandwidth(gpu: GpuSpec, group: int, stride: int = 1) -> float:
+    """Bytes/s per GPU for a collective over ``group`` ranks placed ``stride`` apart."""
+    if group <= 1:
+        return float("inf")
+    span = group * stride
+    if span <= gpu.nvlink_domain:
+        return gpu.nvlink_gbps * 1e9 * NVLINK_EFFICIENCY
+    return gpu.network_gbps * 1e9 * NETWORK_EFFICIENCY
+
+
+def mfu_denominator(gpu: GpuSpec) -> float:
+    """Megatron Bridge's MFU denominator: the dense FP8 peak (TFLOP/s)."""
+    return gpu.fp8_tflops
+
+
+def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_bytes: float = 0.0) -> StepTime:
+    """Estimate the step time of a resolved configuration on its GPU.
+
+    ``recompute_fraction`` is the share of a layer's forward FLOPs recomputed in backward (from the chosen
+    recompute modules); ``offloaded_state_bytes`` the optimizer state per GPU updated on the host.
+    """
+    if ctx.gpu is None or ctx.cfg.seq_len is None:
+        raise ValueError("step_time needs a GPU and a sequence length")
+    c, m, gpu, lay = ctx.cfg, ctx.model, ctx.gpu, ctx.layout
+    split = ctx.split.split
+    seq = c.seq_len
+    sp = ctx.sequence_parallel
+    tokens = c.mbs * seq // c.cp  # tokens per CP rank per microbatch (shared by the TP group)
+    tokens_rank = tokens // (c.tp if sp else 1)
+    h = m.hidden_size
+    gemm = _gemm_rate(gpu, c.precision)
+    attn_rate = gpu.bf16_tflops * 1e12 * ATTENTION_EFFICIENCY
+    hbm = gpu.hbm_bandwidth_tbps * 1e12
+    bytes_act = 2
+
+    layer_ranges = rank_layers(split) if split is not None else _even_ranges(m.num_layers, c.pp)
+
+    tp_bw = _group_bandwidth(gpu, c.tp)
+    ep_group = lay.ep * lay.etp
+    a2a_eff = A2A_EFFICIENCY.get(c.dispatcher, 0.5)
+    in_node = min(ep_group, gpu.nvlink_domain) / ep_group if ep_group > 1 else 1.0
+    dispatch_bytes = 1 if c.precision != "bf16" else 2
+
+    kinds: dict[tuple[str, bool], dict[str, float]] = {}
+
+    def kind_time(key: tuple[str, bool]) -> dict[str, float]:
+        """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree."""
+        if key not in kinds:
+            kinds[key] = _layer_time(*key)
+        return kinds[key]
+
+    def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
+        attn_w, _ = attention_params(m, layer_type)
+        shared, _, active, _ = mlp_params(m, is_moe)
+        t: dict[str, float] = {}
+        # GEMMs (fwd + 2x bwd = 3x fwd), sharded by TP (dense) and computed for local tokens.
+        dense_flops = 3 * 2 * tokens * (attn_w + shared) / c.tp
+        expert_flops = 3 * 2 * tokens_rank * (active + (h * m.num_experts if is_moe else 0)) if is_moe else 0
+        # with ETP = 1 each rank computes its own tokens' experts; ETP > 1 splits them further
+        expert_flops = expert_flops * (c.tp if sp else 1) / (lay.etp * (c.tp if sp else 1)) if is_moe else 0
+        t["gemm"] = dense_flops / gemm + expert_flops / (gemm * GROUPED_GEMM_EFFICIENCY)
+        core = _core_attention_flops_per_token(m, layer_type, seq) * tokens * 3 / c.tp
+        t["attention"] = core / (attn_rate if layer_type != "linear" else gemm)
+        t["memory_bound"] = ELEMENTWISE_BYTES_PER_TOKEN_H * h * tokens_rank / hbm
+        if c.tp > 1:
+            volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)
+            t["tp_comm"] = volume / tp_bw * (1 - TP_OVERLAP)
+        if c.cp > 1 and layer_type != "linear":
+            kv_width = (
+                (m.num_query_groups * m.head_dim * 2)
+                if not m.is_mla
+                else m.num_attention_heads * (m.head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
+            )
+            kv_bytes = tokens * kv_width * bytes_act / c.tp
+            qo_bytes = tokens * m.num_attention_heads * (m.v_head_dim or m.head_dim) * 2 * bytes_act / c.tp
+            comm = c.cp_comm_type or "p2p"
+            a2a, ring = {"a2a": (c.cp, 1), "p2p": (1, c.cp), "all_gather": (1, c.cp)}.get(comm, (1, c.cp))
+            if comm == "a2a+p2p":
+                a2a, ring = (tuple(c.hierarchical_cp_sizes) if c.hierarchical_cp_sizes else (1, c.cp))[:2]
+            cost = 0.0
+            if a2a > 1:  # Ulysses: Q, K, V scattered by head and O gathered back, fwd and bwd; not hidden
+                volume = 3 * (kv_bytes + qo_bytes) * (a2a - 1) / a2a
+                cost += volume / _group_bandwidth(gpu, a2a, c.tp)
+            if ring > 1:  # ring: K and V of every other shard stream past (dK, dV back in bwd)
+                volume = 3 * kv_bytes * (ring - 1)
+                seconds = volume / _group_bandwidth(gpu, ring, c.tp * a2a)
+                cost += seconds - min(t["attention"], seconds) * CP_OVERLAP
+            t["cp_comm"] = cost
+        if is_moe and ep_group > 1:
+            per_transfer = tokens_rank * m.moe_router_topk * h * (ep_group - 1) / ep_group
+            volume = 2 * per_transfer * (dispatch_bytes + 2)  # fwd + bwd, dispatch + combine
+            inter = volume * (1 - in_node)
+            intra = volume * in_node
+            t_a2a = max(inter / (gpu.network_gbps * 1e9), intra / (gpu.nvlink_gbps * 1e9)) / a2a_eff
+            t["ep_comm"] = t_a2a * ((1 - EP_OVERLAP) if c.ep_overlap else 1.0)
+        if recompute_fraction:
+            t["recompute"] = recompute_fraction * (t["gemm"] + t["attention"]) / 3
+        return t
+
+    stage_times = []
+    stage_terms = []
+    for r, layers in enumerate(layer_ranges):
+        terms: dict[str, float] = {}
+        for key, count in kind_counts(m, layers):
+            for k, v in kind_time(key).items():
+                terms[k] = terms.get(k, 0.0) + v * count
+        if r == c.pp - 1:
+            logits = 3 * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
+            terms["logits"] = logits / _gemm_rate(gpu, "bf16")  # the output layer stays in BF16
+            last = (m.attention_layer_types[-1], m.moe_layers[-1])
+            for k, v in kind_time(last).items():
+                terms[k] = terms.get(k, 0.0) + v * ctx.mtp_layers
+        stage_terms.append(terms)
+        stage_times.append(sum(terms.values()))
+    busiest = max(range(c.pp), key=lambda r: stage_times[r])
+    t_mb = stage_times[busiest]
+    microbatches = ctx.num_microbatches or 1
+    vpp = ctx.vpp or 1
+    bubble = (c.pp - 1) / vpp if c.pp > 1 else 0.0
+    pipeline_s = t_mb * (microbatches + bubble)
+
+    # Data-parallel sync and optimizer, per step.
+    dense_params, expert_params = _params_per_rank(ctx, layer_ranges[busiest])
+    dp_group = (lay.dp or 1) * c.cp
+    dp_s = 0.0
+    if dp_group > 1:
+        dp_s += 2 * dense_params * 4 * (dp_group - 1) / dp_group / _group_bandwidth(gpu, dp_group, c.tp)
+    edp = lay.edp or 1
+    if edp > 1:
+        dp_s += 2 * expert_params * 4 * (edp - 1) / edp / _group_bandwidth(gpu, edp, lay.ep * lay.etp)
+    dp_s *= DP_EXPOSED
+    state_bytes = 16 * (dense_params / max(dp_group, 1) + expert_params / max(edp, 1))
+    optimizer_s = 2 * state_bytes / hbm + offloaded_state_bytes / CPU_ADAM_BYTES_PER_S
+
+    step = pipeline_s + dp_s + optimizer_s
+    tokens_step = (ctx.gbs or c.mbs * (lay.dp or 1)) * seq
+    flops = model_flops_per_token(m, seq, ctx.mtp_layers) * tokens_step
+    tflops = flops / step / c.num_gpus / 1e12
+    out = StepTime(
+        terms={k: v * microbatches for k, v in stage_terms[busiest].items()},
+        step_s=step,
+        model_flops_per_step=flops,
+        tokens_per_step=tokens_step,
+        tflops_per_gpu=tflops,
+        mfu=tflops / mfu_denominator(gpu),
+        mfu_denominator_tflops=mfu_denominator(gpu),
+        bubble_fraction=bubble * t_mb / step if step else 0.0,
+    )
+    out.terms["pipeline_bubble"] = bubble * t_mb
+    out.terms["dp_sync"] = dp_s
+    out.terms["optimizer"] = optimizer_s
+    return out
+
+
+@lru_cache(maxsize=4096)
+def rank_layers(split: PipelineSplit) -> tuple[tuple[int, ...], ...]:
+    """Decoder layer indices each PP rank holds, numbered in virtual-stage order."""
+    index = 0
+    per_rank: list[list[int]] = [[] for _ in range(split.pp)]
+    for v in range(split.vpp):
+        for r in range(split.pp):
+            count = split.stages[r][v].decoders
+            per_rank[r].extend(range(index, index + count))
+            index += count
+    return tuple(tuple(layers) for layers in per_rank)
+
+
+def _even_ranges(num_layers: int, pp: int) -> tuple[tuple[int, ...], ...]:
+    per = -(-num_layers // pp)
+    return tuple(tuple(range(r * per, min(num_layers, (r + 1) * per))) for r in range(pp))
+
+
+def kind_counts(model: ModelSpec, layers) -> tuple[tuple[tuple[str, bool], int], ...]:
+    """How many of the given decoder layers are of each (attention type, MoE?) kind; layers of one kind have
+    the same parameters, FLOPs and saved tensors. Cached per layer tuple, which many candidates share."""
+    cache = spec_cache(model)
+    key = ("kind_counts", tuple(layers))
+    if key not in cache:
+        counts: dict[tuple[str, bool], int] = {}
+        for i in layers:
+            k = (model.attention_layer_types[i], model.moe_layers[i])
+            counts[k] = counts.get(k, 0) + 1
+        cache[key] = tuple(counts.items())
+    return cache[key]
+
+
+def _params_per_rank(ctx: Context, layers) -> tuple[float, float]:
+    """(dense, expert) parameters one rank of the given PP stage holds."""
+    c, lay, m = ctx.cfg, ctx.layout, ctx.model
+    first = {}
+    for i in range(m.num_layers):
+        first.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
+    dense = expert = 0.0
+    for k, n in kind_counts(m, layers):
+        lp = layer_params(m, first[k])
+        dense += n * ((lp.attention + lp.mlp) / c.tp + lp.replicated)
+        expert += n * lp.experts / (lay.ep * lay.etp)
+    return dense, expert

@@ -1,0 +1,1 @@
+"""The faces over the tools: CLI, MCP server with its resources and prompts, the registry, docs, HTML report."""

@@ -1,0 +1,316 @@
+"""The per-rank memory model: every PP rank's memory at its peak, term by term, and the assumptions.
+
+Static terms come from ``weights.py`` (parameters, gradients, optimizer states, FP8 weight caches) and
+``buffers.py`` (dispatcher and CUDA-graph buffers); activations are the tensor inventory of
+``activations.py`` per model chunk, times the microbatches each chunk holds at the peak (``schedule.py``),
+plus the largest backward transient; a stated fixed overhead covers what PyTorch does not allocate.
+Everything is bytes internally and GiB (2^30) in results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine.config import precision_is_quantized
+from ..engine.context import Context
+from ..engine.schedule import peak_in_flight
+from .activations import BF16, FP32, Saved, Shard, kept, layer_inventory, removed, shard_of
+from .buffers import buffer_terms
+from .terms import GIB, Term
+from .weights import optimizer_assumption, padded_vocab, rank_params, static_terms
+
+# The engine's default for memory outside PyTorch's allocated tensors (CUDA context, NCCL and library
+# workspaces, allocator fragmentation), see DEFAULT_OVERHEAD_WHY.
+DEFAULT_OVERHEAD_GIB = 6.0
+DEFAULT_OVERHEAD_WHY = (
+    "6 GiB outside allocated tensors (CUDA context, NCCL and cuBLAS/TE workspaces, allocator "
+    "fragmentation): Megatron Bridge's H100 memory study (skill nemo-mbridge-perf-activation-recompute, "
+    "Nemotron 3 Nano) ran out of memory with about 72.9 GiB allocated of the 79.11 GiB PyTorch reports, and "
+    "its Moonlight study shows ~3.4 GB reserved above the allocated peak; set overhead_gib to replace it"
+)
+
+
+@dataclass
+class RankMemory:
+    """Memory of one pipeline rank at its peak."""
+
+    pp_rank: int
+    layers: list[int]
+    mtp_layers: int
+    embedding: bool
+    loss: bool
+    in_flight: list[int]  # microbatches held per virtual stage at the peak
+    terms: list[Term] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return sum(t.bytes for t in self.terms)
+
+
+@dataclass
+class MemoryModel:
+    """Every PP rank's memory and the assumptions behind the numbers."""
+
+    ranks: list[RankMemory]
+    overhead_gib: float
+    assumptions: list[str]
+
+    @property
+    def peak_rank(self) -> RankMemory:
+        return max(self.ranks, key=lambda r: (r.total, -r.pp_rank))
+
+
+# --------------------------------------------------------------------------- activations
+
+
+@dataclass(frozen=True)
+class ChunkActivations:
+    """One microbatch's activation bytes for one model chunk, and the transients of its backward."""
+
+    kept: float
+    layer_transient: float  # re-materialised recompute plus offloaded tensors reloaded, for one layer
+    terms: dict[str, float]
+
+
+def _full_recompute_kept(ctx: Context, inventories: list[list[Saved]], offload: frozenset[str]):
+    """(kept bytes, transient) of a chunk under full recompute (uniform or block)."""
+    c = ctx.cfg
+    n = max(1, c.recompute_num_layers or 1)
+    full = [kept(inv, frozenset(), offload) for inv in inventories]
+    inputs = [sum(s.bytes for s in inv if s.layer_input) for inv in inventories]
+    if c.recompute_method == "block":
+        kept_bytes = sum(inputs[:n]) + sum(full[n:])
+        transient = max(full[:n], default=0.0)
+    else:  # uniform: every group of n layers keeps only its first input
+        kept_bytes = sum(inputs[i] for i in range(0, len(inventories), n))
+        transient = max((sum(full[i : i + n]) for i in range(0, len(inventories), n)), default=0.0)
+    return kept_bytes, transient
+
+
+class InventoryCache:
+    """Layer inventories by (attention type, MoE or dense): a model has only a few distinct layer kinds."""
+
+    def __init__(self, ctx: Context, sh: Shard):
+        self.ctx, self.sh = ctx, sh
+        self._by_kind: dict[tuple[str, bool], list[Saved]] = {}
+
+    def __call__(self, index: int) -> list[Saved]:
+        m = self.ctx.model
+        key = (m.attention_layer_types[index], m.moe_layers[index])
+        if key not in self._by_kind:
+            self._by_kind[key] = layer_inventory(self.ctx, self.sh, index)
+        return self._by_kind[key]
+
+
+def chunk_activations(
+    ctx: Context, sh: Shard, layers: list[int], mtp: int, embedding: bool, loss: bool, cache: InventoryCache
+) -> ChunkActivations:
+    m, c = ctx.model, ctx.cfg
+    offload = frozenset(c.activation_offload or [])
+    full = c.recompute_granularity == "full"
+    recompute = sh.recompute
+    inventories = [cache(i) for i in layers]
+    if mtp:
+        inventories += [cache(m.num_layers - 1)] * mtp
+    terms: dict[str, float] = {}
+    if full:
+        kept_bytes, transient = _full_recompute_kept(ctx, inventories, offload)
+        terms["decoder layers (full recompute: layer inputs)"] = kept_bytes
+    else:
+        kept_per_layer = [kept(inv, recompute, offload) for inv in inventories]
+        kept_bytes = sum(kept_per_layer)
+        # Backward runs the layers in reverse: while layer j re-materialises what recompute dropped (and
+        # reloads what was offloaded), the layers after it have already released their activations.
+        transient, released = 0.0, 0.0
+        for j in range(len(inventories) - 1, -1, -1):
+            inv = inventories[j]
+            reload = sum(s.bytes for s in inv if s.offload & offload and not s.removed_by & recompute)
+            transient = max(transient, removed(inv, recompute) + reload - released)
+            released += kept_per_layer[j]
+        terms["decoder layers"] = kept_bytes
+    h, rows = m.hidden_size, sh.seq_tokens
+    if mtp:
+        extra = mtp * 4 * BF16 * h * rows  # enorm/hnorm inputs and the 2h-wide eh_proj input
+        terms["MTP norms and eh_proj input"] = extra
+        kept_bytes += extra
+    if embedding:
+        emb = 8 * sh.tokens + (h * rows if m.hidden_dropout > 0 else 0)  # int64 token ids (+ dropout mask)
+        terms["embedding (token ids, dropout mask)"] = emb
+        kept_bytes += emb
+    heads = int(loss) + mtp
+    if heads:
+        per = FP32 if c.cross_entropy_fusion != "te" else BF16
+        logits = per * padded_vocab(ctx) / c.tp * sh.tokens
+        norm = 2 * BF16 * h * rows
+        terms["final norm and logits for the loss" + (" (+ MTP)" if mtp else "")] = heads * (logits + norm)
+        kept_bytes += heads * (logits + norm)
+    return ChunkActivations(kept=kept_bytes, layer_transient=transient, terms=terms)
+
+
+def _stage_layers(ctx: Context) -> list[list[list[int]]]:
+    """Decoder layer indices of every (PP rank, virtual stage), numbered in virtual-stage order."""
+    split = ctx.split.split
+    assert split is not None
+    out = [[[] for _ in range(split.vpp)] for _ in range(split.pp)]
+    index = 0
+    for v in range(split.vpp):
+        for r in range(split.pp):
+            count = split.stages[r][v].decoders
+            out[r][v] = list(range(index, index + count))
+            index += count
+    return out
+
+
+def rank_memory(
+    ctx: Context, rank: int, layers_by_stage: list[list[list[int]]], sh: Shard, cache: InventoryCache
+) -> RankMemory:
+    c, m = ctx.cfg, ctx.model
+    split = ctx.split.split
+    stages = split.stages[rank]
+    layers = [i for chunk in layers_by_stage[rank] for i in chunk]
+    mtp = sum(s.mtp for s in stages)
+    has_e, has_l = any(s.embedding for s in stages), any(s.loss for s in stages)
+    mem = RankMemory(rank, layers, mtp, has_e, has_l, [])
+    mem.terms += static_terms(ctx, rank_params(ctx, layers, mtp, has_e, has_l))
+
+    chunks = [
+        chunk_activations(ctx, sh, layers_by_stage[rank][v], s.mtp, s.embedding, s.loss, cache)
+        for v, s in enumerate(stages)
+    ]
+    held, counts = peak_in_flight(
+        c.pp, rank, split.vpp, ctx.num_microbatches or c.pp, [ch.kept for ch in chunks], c.ep_overlap
+    )
+    mem.in_flight = counts
+    for name in dict.fromkeys(k for ch in chunks for k in ch.terms):
+        per = [ch.terms.get(name, 0.0) for ch in chunks]
+        amount = sum(n * b for n, b in zip(counts, per, strict=True))
+        mem.terms.append(Term(f"activations: {name}", amount, _in_flight_basis(counts, per)))
+
+    layer_transient = max(ch.layer_transient for ch in chunks)
+    loss_transient = 0.0
+    if has_l and c.cross_entropy_fusion != "te":
+        loss_transient = BF16 * padded_vocab(ctx) / c.tp * sh.tokens * (1 + mtp)
+    embed_grad = BF16 * padded_vocab(ctx) / c.tp * m.hidden_size if has_e else 0.0
+    backward = max(layer_transient, loss_transient)
+    # The embedding's dense BF16 weight gradient appears after chunk 0 of a microbatch finished its backward.
+    embed_excess = max(0.0, embed_grad - chunks[0].kept * (counts[0] > 0) - backward) if has_e else 0.0
+    if backward:
+        what = []
+        if layer_transient:
+            what.append("one layer's recomputed or reloaded tensors")
+        if loss_transient:
+            what.append("BF16 logits next to the FP32 loss copy")
+        mem.terms.append(Term("backward transient", backward, "the larger of: " + "; ".join(what)))
+    if embed_excess:
+        mem.terms.append(
+            Term(
+                "embedding weight-gradient transient", embed_excess, "dense BF16 gradient of the vocab table"
+            )
+        )
+    mem.terms += buffer_terms(ctx, sh, layers, held)
+    return mem
+
+
+def _in_flight_basis(counts: list[int], per_microbatch: list[float]) -> str:
+    gib = "/".join(f"{b / GIB:.3g}" for b in per_microbatch)
+    if len(counts) == 1:
+        return f"{gib} GiB per microbatch x {counts[0]} in flight"
+    return f"GiB per microbatch by virtual stage {gib} x in flight " + "/".join(str(n) for n in counts)
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def overhead_gib(ctx: Context) -> float:
+    return ctx.cfg.overhead_gib if ctx.cfg.overhead_gib is not None else DEFAULT_OVERHEAD_GIB
+
+
+def memory_model(ctx: Context) -> MemoryModel | None:
+    """Memory of every PP rank, or None when the configuration has no pipeline split or layout."""
+    if ctx.split.split is None or ctx.layout.dp is None or ctx.layout.edp is None or not ctx.cfg.seq_len:
+        return None
+    sh = shard_of(ctx)
+    layers_by_stage = _stage_layers(ctx)
+    overhead = overhead_gib(ctx) * GIB
+    cache = InventoryCache(ctx, sh)
+    ranks = []
+    for r in range(ctx.cfg.pp):
+        mem = rank_memory(ctx, r, layers_by_stage, sh, cache)
+        why = (
+            "overhead_gib as given"
+            if ctx.cfg.overhead_gib is not None
+            else "engine default (see assumptions)"
+        )
+        mem.terms.append(Term("fixed overhead", overhead, why))
+        ranks.append(mem)
+    return MemoryModel(ranks=ranks, overhead_gib=overhead / GIB, assumptions=assumptions(ctx, sh))
+
+
+def assumptions(ctx: Context, sh: Shard) -> list[str]:
+    c, m = ctx.cfg, ctx.model
+    out = [
+        "Per rank, bytes of every term are shown in GiB (2^30); the peak is the most loaded PP rank.",
+        optimizer_assumption(ctx),
+        f"Activations per microbatch: {sh.tokens:,} tokens per CP rank ({c.seq_len:,} / CP {c.cp} x MBS {c.mbs})"
+        + (f", sequence-parallel tensors / TP {c.tp}" if ctx.sequence_parallel else "")
+        + "; fused (flash/cuDNN) attention keeps no s x s scores.",
+        "Tensor inventory per layer after the NVIDIA MoE team's list (memory-model.md 4b/4c), checked against "
+        "Megatron Core 0.19: TE fuses the attention/dense-MLP input norms into the GEMMs, so layernorm recompute "
+        "frees only MLA's input norm and MoE's pre-MLP norm.",
+        "In-flight microbatches from Megatron's schedule: 1F1B holds PP - rank microbatches; interleaved 1F1B "
+        "is simulated chunk by chunk (the first rank holds about 1 + (PP-1)/(PP x VPP) times the 1F1B amount).",
+        "Backward transient: one layer's recomputed (or reloaded) tensors, or on the last stage the BF16 "
+        "logits next to the FP32 loss copy, whichever is larger; weight gradients accumulate in place.",
+    ]
+    if m.is_moe:
+        out.append(
+            "MoE: drop-less and balanced routing (each EP rank receives top-k x its tokens); routing imbalance "
+            "adds to the expert terms. Probabilities are applied in the expert activation."
+        )
+    if precision_is_quantized(c.precision):
+        out.append(
+            f"{c.precision}: GEMM inputs cached at 1 byte unless an output-discarding recompute frees them; "
+            + (
+                "FP8 parameters replace the BF16 weights' quantized cache (fp8_param_gather)."
+                if c.fp8_param_gather
+                else "TE keeps quantized weight copies (2 B per GEMM weight) across microbatches."
+            )
+        )
+    if ctx.mtp_layers:
+        out.append(
+            f"MTP: {ctx.mtp_layers} layer(s) like the last decoder layer on the stage the split puts them, with "
+            "their own word-embedding copy and a second logits/loss tensor per in-flight microbatch."
+        )
+    if any(m.attention_layer_types[i] == "linear" for i in range(m.num_layers)):
+        out.append(
+            "Gated DeltaNet layers: approximate inventory (fla chunked kernel saves q, k, v, FP32 gates)."
+        )
+    if c.dispatcher == "flex-hybridep":
+        out.append(
+            "HybridEP buffers sized for the worst case (all tokens to one rank), as HybridEpBuffer allocates."
+        )
+    if c.dispatcher == "flex-ncclep":
+        out.append("NCCL EP buffers are sized by moe_expert_rank_capacity_factor and are not modelled.")
+    if c.cuda_graph_impl in ("transformer_engine", "local"):
+        out.append(
+            "Per-layer CUDA graphs: captured activations are counted as activations; Megatron's shared graph "
+            "pool reuses buffers across microbatches, so one set of static input/output buffers per captured "
+            "layer is added (order-of-magnitude: Bridge reports 'a few GB')."
+        )
+    if c.activation_offload:
+        out.append(
+            "Activation offload: offloaded inputs leave the GPU after the forward; one layer's worth is "
+            "back on the GPU during its backward."
+        )
+    if c.overhead_gib is None:
+        out.append(f"Fixed overhead: {DEFAULT_OVERHEAD_WHY}.")
+    else:
+        out.append(f"Fixed overhead: {c.overhead_gib:g} GiB as given (overhead_gib).")
+    out.append(
+        "Not modelled: the optimizer step's temporaries (smaller than the forward/backward peak in these "
+        "layouts), token-routing imbalance, packed-sequence padding, NCCL user buffers."
+    )
+    return out

@@ -1,0 +1,158 @@
+"""Parameters, gradients and optimizer states on one rank (the static part of the memory model).
+
+Megatron-LM ``theoretical_memory_usage.py`` (core_r0.19.0) per rank, with what it leaves out (reference
+memory-model.md 1c, 3a, 4d): the distributed optimizer shards dense weights over DP x CP and experts over
+EDP (as Megatron Bridge's estimator does), the precision-aware optimizer, BF16 gradient buffers, optimizer
+CPU offload, TE's cached FP8 weight copies, and the real pipeline split (MTP layers, embedding copies).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..engine.config import precision_is_quantized
+from ..engine.context import Context
+from ..model.params import LayerParams, layer_params, mtp_layer_params, position_embedding_params
+from .activations import BF16, FP32
+from .terms import Term
+
+# Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP (default 128;
+# LM training/tokenizer _vocab_size_with_padding). Bridge keeps a preset (Hugging Face) vocabulary as is.
+VOCAB_DIVISIBLE_BY = 128
+
+
+def padded_vocab(ctx: Context) -> int:
+    """Vocabulary rows the embedding and output layer hold across TP."""
+    v, t = ctx.model.vocab_size, ctx.cfg.tp
+    if ctx.cfg.launcher == "megatron-lm":
+        multiple = VOCAB_DIVISIBLE_BY * t
+        return math.ceil(v / multiple) * multiple
+    return math.ceil(v / t) * t
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters one rank holds, split by optimizer sharding group."""
+
+    dense: float  # TP-sharded and replicated weights, embeddings: distributed optimizer over DP x CP
+    experts: float  # routed experts: distributed optimizer over EDP
+    gemm: float  # GEMM weights (dense and expert) that FP8 compute caches quantized
+
+
+def _layer_share(lp: LayerParams, tp: int, expert_shards: int) -> tuple[float, float, float]:
+    dense = (lp.attention + lp.mlp) / tp + lp.replicated
+    experts = lp.experts / expert_shards
+    gemm = (lp.attention + lp.mlp) / tp + experts
+    return dense, experts, gemm
+
+
+def rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss: bool) -> RankParams:
+    """Parameters on a rank holding decoder ``layers``, ``mtp`` MTP layers and the embedding / loss."""
+    m, c = ctx.model, ctx.cfg
+    shards = c.ep * ctx.etp
+    dense = experts = gemm = 0.0
+    for i in layers:
+        d, e, g = _layer_share(layer_params(m, i), c.tp, shards)
+        dense, experts, gemm = dense + d, experts + e, gemm + g
+    if mtp:
+        d, e, g = _layer_share(mtp_layer_params(m), c.tp, shards)
+        dense, experts, gemm = dense + mtp * d, experts + mtp * e, gemm + mtp * g
+    table = padded_vocab(ctx) * m.hidden_size / c.tp
+    if embedding:
+        dense += table + position_embedding_params(m)
+    if mtp and not embedding:
+        dense += table  # the MTP stage keeps its own copy of the word embeddings (gpt_model.py mtp_process)
+    if loss or (mtp and not loss):
+        dense += table  # output layer (untied, or the tied copy on the last stage); a BF16 GEMM, not TE
+    if loss:
+        dense += m.hidden_size * m.norm_params_per_width  # final norm
+    if embedding and loss and m.tie_embeddings:
+        dense -= table  # one shared table when the first stage is also the last
+    return RankParams(dense=dense, experts=experts, gemm=gemm)
+
+
+def master_and_moment_bytes(ctx: Context) -> tuple[int, int]:
+    """Bytes per parameter of the master weights and of both Adam moments.
+
+    Default: FP32 master + FP32 exp_avg and exp_avg_sq (12 B). The precision-aware optimizer keeps BF16
+    moments and, with BF16 parameters, only the 16 low bits of the FP32 master (store_param_remainders,
+    on by default: MCore optimizer_config.py, distrib_optimizer.py) - 6 B. With CPU offload Megatron
+    builds a HybridDeviceOptimizer instead (optimizer/__init__.py), whose GPU share is an FP32 copy of
+    the parameters with FP32 Adam moments (12 B).
+    """
+    c = ctx.cfg
+    if not c.use_precision_aware_optimizer or c.optimizer_cpu_offload_fraction > 0:
+        return FP32, 2 * FP32
+    return BF16, 2 * BF16
+
+
+def _parameter_basis(ctx: Context, total: float, gemm: float) -> str:
+    if ctx.cfg.fp8_param_gather and precision_is_quantized(ctx.cfg.precision):
+        return (
+            f"{total / 1e6:,.1f}M params x 2 B: {gemm / 1e6:,.1f}M GEMM weights kept in FP8 (1 B) plus the "
+            "column-wise/transposed copy TE builds for backward (1 B), the rest BF16"
+        )
+    return f"{total / 1e6:,.1f}M params x 2 B (BF16)"
+
+
+def static_terms(ctx: Context, p: RankParams) -> list[Term]:
+    """Parameters, gradients, optimizer states (GPU share) and FP8 weight caches of one rank."""
+    c = ctx.cfg
+    lay = ctx.layout
+    total = p.dense + p.experts
+    d_dense = (lay.dp or 1) * c.cp if c.use_distributed_optimizer else 1
+    d_exp = (lay.edp or 1) if c.use_distributed_optimizer else 1
+    grad = FP32 if c.grad_reduce_in_fp32 else BF16
+    master, moments = master_and_moment_bytes(ctx)
+    state = master + moments
+    on_gpu = 1.0 - c.optimizer_cpu_offload_fraction
+    opt = (p.dense * state / d_dense + p.experts * state / d_exp) * on_gpu
+    params_m = total / 1e6
+    terms = [
+        Term("parameters", BF16 * total, _parameter_basis(ctx, total, p.gemm)),
+        Term(
+            "gradients",
+            grad * total,
+            f"{params_m:,.1f}M x {grad} B ({'FP32' if grad == FP32 else 'BF16'} main-gradient buffer)",
+        ),
+        Term(
+            "optimizer states",
+            opt,
+            f"({master} B master + {moments} B Adam moments) x ({p.dense / 1e6:,.1f}M dense / {d_dense} "
+            f"+ {p.experts / 1e6:,.1f}M expert / {d_exp})"
+            + (f" x {on_gpu:g} kept on GPU" if on_gpu < 1 else ""),
+        ),
+    ]
+    if precision_is_quantized(c.precision) and not c.fp8_param_gather:
+        per = 1 if c.precision == "nvfp4" else 2
+        terms.append(
+            Term(
+                "FP8 weight cache",
+                per * p.gemm,
+                f"{p.gemm / 1e6:,.1f}M GEMM weights x {per} B (TE keeps row- and column-wise quantized "
+                "copies across the microbatches of a step)",
+            )
+        )
+    return terms
+
+
+def optimizer_assumption(ctx: Context) -> str:
+    c = ctx.cfg
+    master, moments = master_and_moment_bytes(ctx)
+    text = (
+        f"Parameters BF16 (2 B); gradients {'FP32 (4 B)' if c.grad_reduce_in_fp32 else 'BF16 (2 B)'}; "
+        f"optimizer states {master} B master + {moments} B Adam moments per parameter"
+    )
+    if c.use_precision_aware_optimizer and c.optimizer_cpu_offload_fraction == 0:
+        text += " (precision-aware optimizer: BF16 moments, 16-bit remainders of the FP32 master)"
+    if c.use_distributed_optimizer:
+        text += ", sharded over DP x CP (dense weights) and EDP (routed experts) by the distributed optimizer"
+    else:
+        text += ", not sharded (no distributed optimizer)"
+    if c.optimizer_cpu_offload_fraction:
+        text += (
+            f"; {c.optimizer_cpu_offload_fraction:.0%} of them on the CPU (HybridDeviceOptimizer; its GPU share keeps "
+            "FP32 master and moments)"
+        )
+    return text + "."

@@ -1,0 +1,496 @@
+"""pick_recompute: the cheapest real Megatron recompute setting that makes a configuration fit its GPU.
+
+Labels are tried cheapest bytes-saved-per-recompute-cost first (DESIGN.md): the output-discarding
+``layernorm``, ``moe_act``, ``mla_up_proj`` (and ``gdn_norm_out``), then ``mlp``, ``shared_experts``,
+then ``moe``; ``core_attn`` never (fused attention keeps almost nothing for it to free, and replaying
+attention is the most expensive kernel at long context). Full recompute comes last, block before
+uniform, with ``cuda_graph_impl=full_iteration`` when per-layer graphs are on. Every candidate is built
+as a full configuration and run through the engine's recompute, graphs, moe, precision and optimizer
+checks; one that adds an error is skipped. When nothing fits, the next steps (optimizer CPU offload,
+more CP or TP, more PP, smaller MBS) are estimated on the best setting with the GiB each buys.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..engine.config import TrainingConfig
+from ..engine.context import Context, build_context
+from ..engine.findings import Finding, errors, has_errors, sort_findings
+from ..engine.pipeline import propose_splits
+from ..engine.rules import finding, run
+from ..errors import InputError
+from ..memory.rank_memory import memory_model
+from ..memory.terms import GIB
+from .estimate_memory import memory_findings, require_seq_len
+
+PICK_FAMILIES = (
+    "recompute",
+    "graphs",
+    "moe",
+    "precision",
+    "optimizer",
+    "layout",
+    "pipeline",
+    "batch",
+    "sequence",
+    "cp",
+)
+
+# Cheapest recompute first: output-discarding checkpoints replay an elementwise op or two small GEMMs;
+# mlp and shared_experts replay a whole (shared) MLP; moe replays routing, both all-to-alls and the experts.
+PREFERENCE = ("layernorm", "moe_act", "mla_up_proj", "gdn_norm_out", "mlp", "shared_experts", "moe")
+MIN_SAVING = 2**20  # a label that frees less than 1 MiB on the peak rank is not worth its recompute
+
+RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
+CLEARED = dict.fromkeys(RECOMPUTE_KEYS)
+OFFLOAD_STEP = 0.05  # fractions are proposed in steps of 5 %
+SPLIT_CLEARED = {
+    "pipeline_layout": None,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "num_layers_in_first_pipeline_stage": None,
+    "num_layers_in_last_pipeline_stage": None,
+}
+
+
+class PickRecomputeRequest(TrainingConfig):
+    """A complete training configuration (seq_len and gpu required); its recompute fields are replaced."""
+
+
+class LabelGain(BaseModel):
+    label: str = Field(description="The recompute label (or 'full: <method> x <n>') added at this step.")
+    gib_saved: float = Field(description="GiB this step removed from the peak rank.")
+    peak_gib: float = Field(description="Peak after this step.")
+
+
+class NextStep(BaseModel):
+    action: str = Field(description="What to change, in the order to try it.")
+    settings: dict[str, Any] = Field(description="Request fields to set.")
+    gib_saved: float = Field(
+        description="GiB this change removes from the peak (on top of the chosen recompute)."
+    )
+    peak_gib: float = Field(description="Peak with this change.")
+    fits: bool = Field(description="Whether the peak then fits the GPU.")
+    note: str = Field(description="What the change costs or needs.")
+
+
+class PickRecomputeResult(BaseModel):
+    valid: bool = Field(
+        description="True when no finding is an error (Megatron would accept the configuration)."
+    )
+    fits: bool = Field(description="The chosen setting's estimated peak fits the GPU.")
+    recompute_granularity: str | None = Field(description="selective, full, or None (no recompute needed).")
+    recompute_modules: list[str] = Field(description="Megatron Core 0.19 labels for selective recompute.")
+    recompute_method: str | None = Field(description="uniform or block for full recompute.")
+    recompute_num_layers: int | None = Field(description="Layers per recompute group (full recompute).")
+    other_settings: dict[str, Any] = Field(
+        description="Other request fields the choice needs (full_iteration graphs for full recompute)."
+    )
+    peak_gib_before: float | None = Field(description="Estimated peak of the configuration as given, GiB.")
+    peak_gib_after: float | None = Field(description="Estimated peak with the chosen recompute, GiB.")
+    usable_gib: float = Field(description="Memory PyTorch can allocate on the GPU, GiB.")
+    gains: list[LabelGain] = Field(description="What each chosen label bought, in the order they were added.")
+    bridge_overrides: list[str] = Field(description="Megatron-Bridge ConfigContainer keys to set.")
+    megatron_lm_flags: list[str] = Field(description="The same as Megatron-LM pretrain_gpt.py flags.")
+    next_steps: list[NextStep] = Field(
+        description="When nothing fits: what to change next, in order, with the GiB each buys."
+    )
+    findings: list[Finding]
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+class Trial:
+    """One candidate configuration: its context, estimated peak (bytes) and whether Megatron accepts it."""
+
+    def __init__(self, base: dict[str, Any], changes: dict[str, Any], model, gpu, baseline_errors: set[str]):
+        self.changes = changes
+        self.cfg = TrainingConfig(**{**base, **changes})
+        self.ctx = Context(cfg=self.cfg, model=model, gpu=gpu)
+        found = run(self.ctx, PICK_FAMILIES)
+        self.new_errors = [f for f in errors(found) if f.code not in baseline_errors]
+        mm = memory_model(self.ctx) if not self.new_errors else None
+        self.peak = mm.peak_rank.total if mm is not None else math.inf
+
+    @property
+    def accepted(self) -> bool:
+        return not self.new_errors
+
+
+def _selective(labels: list[str]) -> dict[str, Any]:
+    return {**CLEARED, "recompute_granularity": "selective", "recompute_modules": list(labels)}
+
+
+def _applicable(ctx: Context) -> list[str]:
+    m = ctx.model
+    has = {
+        "layernorm": m.is_mla or m.is_moe,  # the only norms not fused into a GEMM (MLA input, MoE pre-MLP)
+        "moe_act": m.is_moe,
+        "mla_up_proj": m.is_mla,
+        "gdn_norm_out": m.has_linear_attention,
+        "mlp": not m.all_layers_moe,
+        "shared_experts": bool(m.moe_shared_expert_intermediate_size),
+        "moe": m.is_moe,
+    }
+    return [label for label in PREFERENCE if has[label]]
+
+
+def _graph_changes(ctx: Context) -> dict[str, Any]:
+    """Full recompute with per-layer CUDA graphs needs full-iteration graphs (and no NaN check)."""
+    if ctx.cfg.cuda_graph_impl in ("local", "transformer_engine"):
+        return {
+            "cuda_graph_impl": "full_iteration",
+            "cuda_graph_modules": None,
+            "check_for_nan_in_loss": False,
+        }
+    return {}
+
+
+def _skip_finding(what: str, trial: Trial) -> Finding:
+    codes = sorted({f.code for f in trial.new_errors})
+    return finding(
+        "RECOMPUTE_PICK_SKIPPED",
+        f"Left out {what}: Megatron refuses it here ({', '.join(codes)}).",
+        trial.new_errors[0].fix,
+        ["recompute_modules", "recompute_granularity"],
+    )
+
+
+class Picker:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.usable = ctx.gpu.usable_hbm_gib * GIB
+        self.base = ctx.cfg.model_dump(exclude_unset=True)
+        cleared = {**self.base, **CLEARED}
+        self.baseline_errors = {
+            f.code for f in errors(run(Context(TrainingConfig(**cleared), ctx.model, ctx.gpu), PICK_FAMILIES))
+        }
+        self.findings: list[Finding] = []
+        self.gains: list[LabelGain] = []
+
+    def trial(self, changes: dict[str, Any]) -> Trial:
+        return Trial(self.base, changes, self.ctx.model, self.ctx.gpu, self.baseline_errors)
+
+    def fits(self, trial: Trial) -> bool:
+        return trial.accepted and trial.peak <= self.usable
+
+    def _gain(self, label: str, before: float, trial: Trial) -> None:
+        self.gains.append(
+            LabelGain(
+                label=label,
+                gib_saved=round((before - trial.peak) / GIB, 3),
+                peak_gib=round(trial.peak / GIB, 3),
+            )
+        )
+
+    def selective(self, start: Trial) -> Trial:
+        """Add labels in preference order until the peak fits, then drop those that became redundant."""
+        chosen: list[str] = []
+        best = start
+        for label in _applicable(self.ctx):
+            trial = self.trial(_selective([*chosen, label]))
+            if not trial.accepted:
+                self.findings.append(_skip_finding(f"recompute module {label!r}", trial))
+                continue
+            if best.peak - trial.peak < MIN_SAVING:
+                continue
+            self._gain(label, best.peak, trial)
+            chosen.append(label)
+            best = trial
+            if self.fits(best):
+                break
+        if self.fits(best):
+            pruned = False
+            for label in reversed(chosen[:-1]):
+                fewer = [x for x in chosen if x != label]
+                trial = self.trial(_selective(fewer))
+                if self.fits(trial):
+                    chosen, best, pruned = fewer, trial, True
+            if pruned:  # re-measure what each remaining label buys, in order
+                self.gains, previous = [], start
+                for i, label in enumerate(chosen):
+                    trial = best if i == len(chosen) - 1 else self.trial(_selective(chosen[: i + 1]))
+                    self._gain(label, previous.peak, trial)
+                    previous = trial
+        return best
+
+    def _full_trial(self, method: str, layers: int) -> Trial:
+        return self.trial(
+            {
+                **CLEARED,
+                "recompute_granularity": "full",
+                "recompute_method": method,
+                "recompute_num_layers": layers,
+                **_graph_changes(self.ctx),
+            }
+        )
+
+    def full(self, best: Trial) -> Trial | None:
+        """Full recompute, last resort: uniform x 1 (every layer keeps only its input) if it is accepted and
+        fits, then the block setting recomputing the fewest layers per chunk that still fits."""
+        uniform = self._full_trial("uniform", 1)
+        if not uniform.accepted:
+            self.findings.append(_skip_finding("full recompute", uniform))
+            return None
+        chosen = uniform
+        if self.fits(uniform):
+            split = self.ctx.split.split
+            low, high = 1, max(s.decoders for row in split.stages for s in row) - 1
+            while low <= high:  # fewer block layers keep more activations: find the smallest that fits
+                mid = (low + high) // 2
+                trial = self._full_trial("block", mid)
+                if self.fits(trial):
+                    chosen, high = trial, mid - 1
+                else:
+                    low = mid + 1
+        if chosen.peak < best.peak:
+            self._gain(
+                f"full: {chosen.cfg.recompute_method} x {chosen.cfg.recompute_num_layers}", best.peak, chosen
+            )
+        return chosen
+
+    def pick(self) -> Trial:
+        """No recompute if that fits; else the cheapest selective labels; else full recompute if it is lower."""
+        best = self.trial(dict(CLEARED))
+        if not self.fits(best):
+            best = self.selective(best)
+            if not self.fits(best):
+                full = self.full(best)
+                if full is not None and full.peak < best.peak:
+                    best = full
+        return best
+
+
+# --------------------------------------------------------------------------- next steps
+
+
+def _with_world(
+    ctx: Context, changes: dict[str, Any], factor_dense: int, factor_expert: int
+) -> dict[str, Any]:
+    """Keep the world when DP and EDP can absorb a larger model-parallel size, else grow the job."""
+    lay = ctx.layout
+    if (lay.dp or 0) % factor_dense == 0 and (lay.edp or 0) % factor_expert == 0:
+        return changes
+    grow = max(factor_dense, factor_expert)
+    return {**changes, "num_gpus": ctx.cfg.num_gpus * grow}
+
+
+def _offload_step(picker: Picker, best: Trial) -> NextStep | None:
+    c = best.cfg
+    if c.optimizer_cpu_offload_fraction >= 1.0:
+        return None
+    full = picker.trial(
+        {**best.changes, "optimizer_cpu_offload_fraction": 1.0, "use_precision_aware_optimizer": True}
+    )
+    if not full.accepted:
+        return None
+    half = picker.trial(
+        {**best.changes, "optimizer_cpu_offload_fraction": 0.5, "use_precision_aware_optimizer": True}
+    )
+    fraction = 1.0
+    if half.accepted and full.peak <= picker.usable:
+        per_unit = 2 * (half.peak - full.peak)  # GPU optimizer bytes scale with (1 - fraction)
+        need = (full.peak + per_unit - picker.usable) / per_unit if per_unit > 0 else 0.0
+        fraction = min(1.0, max(OFFLOAD_STEP, math.ceil(need / OFFLOAD_STEP) * OFFLOAD_STEP))
+    chosen = (
+        full
+        if fraction == 1.0
+        else picker.trial(
+            {
+                **best.changes,
+                "optimizer_cpu_offload_fraction": fraction,
+                "use_precision_aware_optimizer": True,
+            }
+        )
+    )
+    return _step(
+        picker,
+        best,
+        "optimizer CPU offload",
+        {"optimizer_cpu_offload_fraction": fraction, "use_precision_aware_optimizer": True},
+        chosen,
+        "moves FP32 master weights and Adam moments to the CPU (Megatron-LM needs the precision-aware "
+        "optimizer); costs host memory and PCIe time in the optimizer step",
+    )
+
+
+def _step(
+    picker: Picker, best: Trial, action: str, settings: dict[str, Any], trial: Trial, note: str
+) -> NextStep:
+    return NextStep(
+        action=action,
+        settings=settings,
+        gib_saved=round((best.peak - trial.peak) / GIB, 3),
+        peak_gib=round(trial.peak / GIB, 3),
+        fits=picker.fits(trial),
+        note=note,
+    )
+
+
+def _parallel_step(picker: Picker, best: Trial, key: str, note: str) -> NextStep | None:
+    ctx = best.ctx
+    value = getattr(ctx.cfg, key) * 2
+    expert_factor = 2 if key == "pp" else 1
+    settings = _with_world(ctx, {key: value}, 2, expert_factor)
+    if key == "tp" and ctx.cfg.sequence_parallel is False:
+        settings["sequence_parallel"] = True
+    if key == "pp":
+        split = _pp_split(ctx, value)
+        if split is None:
+            return None
+        settings.update(split)
+    trial = picker.trial({**best.changes, **settings})
+    if not trial.accepted:
+        return None
+    if "num_gpus" in settings:
+        note += f"; needs {settings['num_gpus']} GPUs (DP/EDP cannot absorb it)"
+    changed = {k: v for k, v in settings.items() if getattr(ctx.cfg, k) != v}
+    return _step(picker, best, f"{key.upper()} {getattr(ctx.cfg, key)} -> {value}", changed, trial, note)
+
+
+def _pp_split(ctx: Context, pp: int) -> dict[str, Any] | None:
+    """Split settings for a larger PP: the current VPP if the layers allow it, else fewer virtual stages."""
+    vpp = ctx.vpp or 1
+    for v in sorted({vpp, *(d for d in range(1, vpp) if vpp % d == 0)}, reverse=True):
+        proposals = propose_splits(ctx.model.num_layers, pp, v if v > 1 else None, ctx.mtp_layers, limit=1)
+        if proposals:
+            return {**SPLIT_CLEARED, "vpp": v if v > 1 else None, **proposals[0].settings}
+    return None
+
+
+def next_steps(picker: Picker, best: Trial) -> list[NextStep]:
+    steps = [
+        _offload_step(picker, best),
+        _parallel_step(
+            picker, best, "cp", "halves the tokens (and activations) per rank; more CP communication"
+        ),
+        _parallel_step(
+            picker, best, "tp", "halves weights and activations per rank; TP should stay in the NVLink domain"
+        ),
+        _parallel_step(picker, best, "pp", "halves the layers per rank; more pipeline stages and bubble"),
+    ]
+    if best.cfg.mbs > 1:
+        trial = picker.trial({**best.changes, "mbs": best.cfg.mbs // 2})
+        if trial.accepted:
+            steps.append(
+                _step(
+                    picker,
+                    best,
+                    f"MBS {best.cfg.mbs} -> {best.cfg.mbs // 2}",
+                    {"mbs": best.cfg.mbs // 2},
+                    trial,
+                    "halves the activations of each microbatch; more microbatches per step",
+                )
+            )
+    return [s for s in steps if s is not None]
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def overrides(
+    granularity: str | None, modules: list[str], method: str | None, layers: int | None, other: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """Megatron-Bridge keys and Megatron-LM flags for a recompute choice."""
+    if granularity is None:
+        return ["model.recompute_granularity=null", "model.recompute_modules=null"], []
+    bridge = [f"model.recompute_granularity={granularity}"]
+    flags = [f"--recompute-granularity {granularity}"]
+    if granularity == "selective":
+        bridge.append(f"model.recompute_modules=[{','.join(modules)}]")
+        flags.append("--recompute-modules " + " ".join(modules))
+    else:
+        bridge += [f"model.recompute_method={method}", f"model.recompute_num_layers={layers}"]
+        flags += [f"--recompute-method {method}", f"--recompute-num-layers {layers}"]
+    if other.get("cuda_graph_impl") == "full_iteration":
+        bridge += [
+            "model.cuda_graph_impl=full_iteration",
+            "model.cuda_graph_modules=[]",
+            "rerun_state_machine.check_for_nan_in_loss=false",
+        ]
+        flags += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+    return bridge, flags
+
+
+# --------------------------------------------------------------------------- the tool
+
+
+def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
+    cfg = TrainingConfig(**req.model_dump(exclude_unset=True))
+    require_seq_len(cfg)
+    if cfg.gpu is None:
+        raise InputError(
+            "gpu",
+            None,
+            "a GPU catalog id (h100, h200, b200, b300, gb200, gb300): pick_recompute needs the usable memory",
+        )
+    ctx = build_context(cfg)
+    given = memory_model(ctx)
+    usable = ctx.gpu.usable_hbm_gib
+    if given is None:
+        found = sort_findings([*run(ctx, PICK_FAMILIES), *memory_findings(ctx, None)])
+        return PickRecomputeResult(
+            valid=not has_errors(found),
+            fits=False,
+            recompute_granularity=None,
+            recompute_modules=[],
+            recompute_method=None,
+            recompute_num_layers=None,
+            other_settings={},
+            peak_gib_before=None,
+            peak_gib_after=None,
+            usable_gib=usable,
+            gains=[],
+            bridge_overrides=[],
+            megatron_lm_flags=[],
+            next_steps=[],
+            findings=found,
+        )
+    picker = Picker(ctx)
+    best = picker.pick()
+    steps = [] if picker.fits(best) else next_steps(picker, best)
+    if not picker.fits(best):
+        picker.findings.append(
+            finding(
+                "RECOMPUTE_PICK_NO_FIT",
+                f"Even the most memory-saving recompute Megatron accepts here leaves {best.peak / GIB:.1f} GiB "
+                f"on the peak rank, above the {usable:g} GiB of {ctx.gpu.name}.",
+                "Apply the next steps in order: "
+                + "; ".join(f"{s.action} ({s.gib_saved:+.1f} GiB)" for s in steps)
+                if steps
+                else "Use more GPUs or a GPU with more memory.",
+                ["recompute_granularity", "optimizer_cpu_offload_fraction", "cp", "tp", "pp", "mbs"],
+            )
+        )
+    c = best.cfg
+    other = {k: v for k, v in best.changes.items() if k not in RECOMPUTE_KEYS}
+    bridge, flags = overrides(
+        c.recompute_granularity,
+        list(c.recompute_modules or []),
+        c.recompute_method,
+        c.recompute_num_layers,
+        other,
+    )
+    findings = sort_findings(run(best.ctx, PICK_FAMILIES) + picker.findings)
+    return PickRecomputeResult(
+        valid=not has_errors(findings),
+        fits=picker.fits(best),
+        recompute_granularity=c.recompute_granularity,
+        recompute_modules=list(c.recompute_modules or []) if c.recompute_granularity == "selective" else [],
+        recompute_method=c.recompute_method,
+        recompute_num_layers=c.recompute_num_layers,
+        other_settings=other,
+        peak_gib_before=round(given.peak_rank.total / GIB, 3),
+        peak_gib_after=round(best.peak / GIB, 3),
+        usable_gib=usable,
+        gains=picker.gains,
+        bridge_overrides=bridge,
+        megatron_lm_flags=flags,
+        next_steps=steps,
+        findings=findings,
+    )

@@ -1,0 +1,88 @@
+"""The comparison of plan_layout's plans with the published layout for the same job (engine/layouts.yaml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.config import TrainingConfig
+from ..engine.context import Context
+from ..engine.findings import has_errors
+from ..engine.rules import run
+from ..engine.step_time import step_time
+from ..memory.rank_memory import memory_model
+from ..memory.terms import GIB
+from ..model.catalog import load_model
+from ..model.specs import GpuSpec, ModelSpec
+from .plan_evaluate import Evaluated, _offloaded_state_bytes
+from .plan_models import PlanLayoutRequest, ReferenceComparison
+from .plan_search import _vpp_from_layout, recompute_fraction, seconds_per_token
+
+
+def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[tuple[Any, Evaluated | None]]:
+    """Published layouts for this exact job, evaluated like a plan (their own recompute and offload)."""
+    from ..engine.representative import representative_layouts
+
+    out = []
+    for layout in representative_layouts():
+        c = layout.config
+        if (load_model(c["model"]).id, c["gpu"], c["num_gpus"], c["seq_len"]) != (
+            model.id, gpu.id, req.num_gpus, req.seq_len
+        ):  # fmt: skip
+            continue
+        cfg = TrainingConfig(**_vpp_from_layout({**c, "launcher": req.launcher}))
+        ctx = Context(cfg=cfg, model=model, gpu=gpu)
+        found = run(ctx)
+        mm = memory_model(ctx) if not has_errors(found) else None
+        evaluated = None
+        if mm is not None:
+            peak = mm.peak_rank.total
+            step = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
+            evaluated = Evaluated(cfg, ctx, peak, step, found, [f"published layout: {layout.title}"])
+        out.append((layout, evaluated))
+    return out
+
+
+def _same_plan(a: Evaluated, b: Evaluated) -> bool:
+    keys = ("tp", "cp", "pp", "ep", "etp", "mbs", "recompute_granularity", "recompute_modules")
+    return all(getattr(a.cfg, k) == getattr(b.cfg, k) for k in keys) and a.ctx.vpp == b.ctx.vpp
+
+
+def _compare(layout, e: Evaluated | None, found: list[Evaluated]) -> ReferenceComparison:
+    base = dict(id=layout.id, title=layout.title, source=layout.source)
+    if e is None:
+        return ReferenceComparison(**base, layout="-", valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
+                                   rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
+    fits = e.peak <= e.ctx.gpu.usable_hbm_gib * GIB
+    rank = next((i + 1 for i, x in enumerate(found) if x is e), None) if fits else None
+    top = found[0] if found else None
+    if not fits:
+        verdict = (
+            f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {e.ctx.gpu.usable_hbm_gib:g} GiB usable"
+        )
+    elif top is None or top is e:
+        verdict = "the published layout is the fastest plan found"
+    else:
+        gain = seconds_per_token(e.step) / seconds_per_token(top.step) - 1
+        per_m = {  # seconds per million tokens, by term, so that steps of different batch sizes compare
+            name: {k: v / ev.step.tokens_per_step * 1e6 for k, v in ev.step.terms.items()}
+            for name, ev in (("ref", e), ("top", top))
+        }
+        diffs = sorted(
+            ((k, per_m["ref"].get(k, 0.0), per_m["top"].get(k, 0.0)) for k in {*per_m["ref"], *per_m["top"]}),
+            key=lambda t: t[2] - t[1],
+        )
+        slower = "; ".join(f"{k} {a:.2f} s vs {b:.2f} s" for k, a, b in diffs[:3] if a > b)
+        verdict = (
+            f"the top plan ({top.ctx.layout.describe()}) is estimated {gain:.0%} faster per token; per million "
+            f"tokens the published layout spends more on {slower or 'no single term'}"
+        )
+    return ReferenceComparison(
+        **base,
+        layout=e.ctx.layout.describe(),
+        valid=not has_errors(e.findings),
+        fits=fits,
+        peak_gib=round(e.peak / GIB, 2),
+        tflops_per_gpu=round(e.step.tflops_per_gpu, 1),
+        rank=rank,
+        verdict=verdict,
+    )

@@ -1,0 +1,135 @@
+"""Full evaluation of one plan_layout candidate: every rule, memory with pick_recompute and offload, the step time
+with the recompute it costs, and the Plan that reports it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..dialects.overrides import bridge_override_list, bridge_python_snippet, megatron_args_for
+from ..engine.config import TrainingConfig
+from ..engine.context import Context
+from ..engine.findings import Finding, has_errors, sort_findings
+from ..engine.rules import run
+from ..engine.step_time import step_time
+from ..memory.rank_memory import memory_model
+from ..memory.terms import GIB
+from ..model.specs import GpuSpec, ModelSpec
+from .estimate_memory import breakdown
+from .pick_recompute import Picker
+from .plan_models import Plan, PlanLayoutRequest, PlanMemory, PlanThroughput
+from .plan_search import Candidate, _settings, recompute_fraction
+
+
+def _offloaded_state_bytes(ctx: Context) -> float:
+    from ..engine.step_time import _params_per_rank
+
+    if not ctx.cfg.optimizer_cpu_offload_fraction:
+        return 0.0
+    dense, expert = 0.0, 0.0
+    split = ctx.split.split
+    layers = list(range(ctx.model.num_layers // max(1, ctx.cfg.pp)))
+    if split is not None:
+        layers = list(range(max(split.decoders_per_rank)))
+    dense, expert = _params_per_rank(ctx, layers)
+    shard = max(1, (ctx.layout.dp or 1) * ctx.cfg.cp)
+    return (
+        12 * ctx.cfg.optimizer_cpu_offload_fraction * (dense / shard + expert / max(1, ctx.layout.edp or 1))
+    )
+
+
+@dataclass
+class Evaluated:
+    cfg: TrainingConfig
+    ctx: Context
+    peak: float
+    step: Any
+    findings: list[Finding]
+    notes: list[str]
+
+
+def evaluate(
+    cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict
+) -> Evaluated | None:
+    settings = _settings(cand, model, gpu, req, base)
+    cfg = TrainingConfig(**settings)
+    ctx = Context(cfg=cfg, model=model, gpu=gpu)
+    if has_errors(run(ctx)):
+        return None
+    notes: list[str] = []
+    picker = Picker(ctx)
+    best = picker.pick()
+    if not picker.fits(best) and req.allow_optimizer_offload:
+        for fraction in (0.5, 1.0):
+            changes = {
+                **best.changes,
+                "optimizer_cpu_offload_fraction": fraction,
+                "use_precision_aware_optimizer": True,
+            }
+            trial = picker.trial(changes)
+            if picker.fits(trial):
+                best = trial
+                notes.append("recompute alone does not fit: optimizer CPU offload makes room")
+                break
+    if not picker.fits(best):
+        return None
+    cfg = best.cfg
+    ctx = best.ctx
+    found = run(ctx)
+    if has_errors(found):
+        return None
+    st = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
+    return Evaluated(cfg, ctx, best.peak, st, found, notes)
+
+
+def _why(e: Evaluated, best: Evaluated | None) -> list[str]:
+    st, c = e.step, e.cfg
+    terms = sorted(st.terms.items(), key=lambda kv: -kv[1])
+    top = ", ".join(f"{k} {v:.2f}s" for k, v in terms[:3] if v > 0)
+    out = [f"{st.tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {st.mfu:.1%}; largest terms: {top}"]
+    if c.recompute_granularity:
+        mods = (
+            c.recompute_modules if c.recompute_granularity == "selective" else [f"full {c.recompute_method}"]
+        )
+        out.append(f"recompute {', '.join(mods)} to fit ({e.peak / GIB:.1f} GiB peak)")
+    else:
+        out.append(f"fits without recompute ({e.peak / GIB:.1f} GiB peak)")
+    if c.optimizer_cpu_offload_fraction:
+        out.append(f"optimizer CPU offload {c.optimizer_cpu_offload_fraction:.0%}")
+    out += e.notes
+    if best is not None and best is not e:
+        out.append(f"{best.step.step_s / e.step.step_s:.0%} of the top plan's throughput per token")
+    return out
+
+
+def _plan(rank: int, e: Evaluated, best: Evaluated | None) -> Plan:
+    c, ctx = e.cfg, e.ctx
+    mm = memory_model(ctx)
+    stages = [
+        {"pp_rank": s.pp_rank, "role": s.role, "total_gib": s.total_gib,
+         "components": {comp.component: comp.gib for comp in s.components}}
+        for s in breakdown(ctx, mm)
+    ]  # fmt: skip
+    settings = {
+        k: v for k, v in c.model_dump(mode="json").items() if v != TrainingConfig.model_fields[k].default
+    }
+    settings["model"] = ctx.model.id
+    st = e.step
+    return Plan(
+        rank=rank,
+        layout=ctx.layout.describe(),
+        settings=settings,
+        memory=PlanMemory(peak_gib=round(e.peak / GIB, 2), usable_gib=ctx.gpu.usable_hbm_gib, stages=stages),
+        throughput=PlanThroughput(
+            step_s=round(st.step_s, 3),
+            tokens_per_s=round(st.tokens_per_step / st.step_s, 1),
+            tflops_per_gpu=round(st.tflops_per_gpu, 1),
+            mfu=round(st.mfu, 4),
+            terms_s={k: round(v, 4) for k, v in st.terms.items()},
+        ),
+        why=_why(e, best),
+        megatron_args=megatron_args_for(c),
+        bridge_overrides=bridge_override_list(c),
+        bridge_snippet=bridge_python_snippet(c),
+        findings=[f for f in sort_findings(e.findings) if f.code not in ("PARALLEL_FOLDING",)],
+    )

@@ -1,0 +1,136 @@
+"""plan_layout's request and result models: what a plan is, and how it compares with a published layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
+from ..engine.findings import Finding
+
+MAX_EVALUATED = 24  # full evaluations (rules + memory + recompute + time) per request at most
+
+
+class PlanLayoutRequest(_Args):
+    model: str | dict[str, Any] = Field(description="Catalog model id or a Hugging Face config.json object.")
+    gpu: str = Field(description="GPU catalog id: h100, h200, b200, b300, gb200, gb300.")
+    num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job.")
+    seq_len: int = Field(ge=256, le=MAX_SEQ_LEN, description="Training sequence length in tokens.")
+    gbs: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SEQ_LEN,
+        description="Global batch size. Unset: each plan uses 8 x PP microbatches per step (a multiple of PP).",
+    )
+    precision: Precision | None = Field(
+        default=None,
+        description="Precision to plan for. Unset: the GPU's usual FP8 recipe (MXFP8 on Blackwell, FP8 "
+        "blockwise on Hopper).",
+    )
+    dispatcher: Dispatcher | None = Field(
+        default=None,
+        description="Token dispatcher. Unset: HybridEP on NVL72, DeepEP on 8-GPU NVLink systems.",
+    )
+    allow_optimizer_offload: bool = Field(
+        default=True, description="Allow optimizer CPU offload when recompute alone does not fit."
+    )
+    overhead_gib: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1024.0,
+        description="GiB each GPU keeps outside allocated tensors (CUDA context, NCCL, fragmentation); every "
+        "plan must fit with it. Unset: the memory model's default. Raise it to plan with more headroom.",
+    )
+    launcher: str = Field(default="bridge", description="bridge or megatron-lm (which checks apply).")
+    top_n: int = Field(default=5, ge=1, le=20, description="How many plans to return.")
+
+
+class PlanMemory(BaseModel):
+    peak_gib: float
+    usable_gib: float
+    stages: list[dict[str, Any]] = Field(
+        description="Per PP stage shown (first, last, most loaded): components."
+    )
+
+
+class PlanThroughput(BaseModel):
+    step_s: float = Field(description="Estimated seconds per step.")
+    tokens_per_s: float = Field(description="Tokens per second for the whole job.")
+    tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU (Megatron's FLOPs formula).")
+    mfu: float = Field(description="tflops_per_gpu / dense FP8 peak (Megatron Bridge's denominator).")
+    terms_s: dict[str, float] = Field(description="Seconds per step by term on the busiest stage.")
+
+
+class Plan(BaseModel):
+    rank: int
+    layout: str = Field(description="e.g. 'TP1 CP32 PP8 VPP4 EP32 ETP1 DP1 EDP1'.")
+    settings: dict[str, Any] = Field(description="Every engine field the plan sets (the request fields).")
+    memory: PlanMemory
+    throughput: PlanThroughput
+    why: list[str] = Field(description="What decides this plan's place in the ranking.")
+    megatron_args: list[str] = Field(description="Megatron-LM flags (architecture flags not included).")
+    bridge_overrides: list[str] = Field(description="Megatron Bridge key=value overrides.")
+    bridge_snippet: str = Field(
+        description="Python applying the overrides to a Bridge recipe's ConfigContainer."
+    )
+    findings: list[Finding] = Field(description="Warnings and info the engine reports on this plan.")
+
+
+class ReferenceComparison(BaseModel):
+    """A published layout (engine/layouts.yaml) for the same job, and how the plans compare with it."""
+
+    id: str
+    title: str
+    source: str
+    layout: str
+    valid: bool = Field(description="No error finding from the engine's rules.")
+    fits: bool = Field(description="The memory model estimates it fits the GPU.")
+    peak_gib: float | None
+    tflops_per_gpu: float | None
+    rank: int | None = Field(
+        description="Its place among the feasible plans (1 = fastest); None if infeasible."
+    )
+    verdict: str = Field(description="Why the top plan is (or is not) preferred, by the step-time terms.")
+
+
+class PlanLayoutResult(BaseModel):
+    def render_text(self) -> str:
+        """A compact summary for people: one line per plan, then each plan's reasons and overrides."""
+        lines = [
+            f"{self.candidates} candidates, {self.evaluated} evaluated in full, {self.feasible} feasible",
+            "",
+        ]
+        for p in self.plans:
+            s = p.settings
+            recompute = s.get("recompute_granularity") or "none"
+            if recompute == "selective":
+                recompute = ",".join(s.get("recompute_modules") or [])
+            elif recompute == "full":
+                recompute = f"full {s.get('recompute_method')} x{s.get('recompute_num_layers')}"
+            offload = s.get("optimizer_cpu_offload_fraction") or 0
+            lines.append(
+                f"#{p.rank}  {p.layout}  cp_comm={s.get('cp_comm_type') or '-'}  recompute={recompute}  "
+                f"offload={offload:.0%}  peak {p.memory.peak_gib:.1f}/{p.memory.usable_gib:g} GiB  "
+                f"{p.throughput.tflops_per_gpu:.0f} TFLOP/s/GPU  MFU {p.throughput.mfu:.1%}"
+            )
+        for ref in self.references:
+            lines += ["", f"published: {ref.title} ({ref.layout}): {ref.tflops_per_gpu} TFLOP/s/GPU, "
+                      f"{'rank ' + str(ref.rank) if ref.rank else 'not feasible'}; {ref.verdict}"]  # fmt: skip
+        for p in self.plans:
+            lines += ["", f"#{p.rank} {p.layout}", *(f"  - {w}" for w in p.why), "  Bridge overrides:"]
+            lines += [f"    {o}" for o in p.bridge_overrides]
+        return "\n".join(lines)
+
+    plans: list[Plan]
+    references: list[ReferenceComparison] = Field(
+        description="Published layouts for this model, GPU, GPU count and sequence length, evaluated the same way."
+    )
+    candidates: int = Field(description="Layouts that factor the world and split the layers.")
+    evaluated: int = Field(description="Candidates evaluated in full (rules, memory, recompute, time).")
+    feasible: int = Field(description="Evaluated candidates that pass every rule and fit memory.")
+    assumptions: list[str]
+    findings: list[Finding]
+
+
+# --------------------------------------------------------------------------- candidates
