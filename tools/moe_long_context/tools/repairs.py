@@ -59,11 +59,15 @@ def _gbs(ctx: Context) -> Patch:
 
 def _seq(ctx: Context) -> Patch:
     """The nearest sequence length that splits over 2 x CP, CP x TP (SP) and the FP8 GEMM row multiple."""
-    from ..engine.rules.precision import ROW_MULTIPLE
+    from ..engine.rules.precision import ROW_MULTIPLE, gathered_multiple
 
     c = ctx.cfg
     shard = c.cp * (c.tp if ctx.sequence_parallel else 1)
-    step = math.lcm(2 * c.cp if c.cp > 1 else 1, shard * ROW_MULTIPLE.get(c.precision, 1))
+    step = math.lcm(
+        2 * c.cp if c.cp > 1 else 1,
+        shard * ROW_MULTIPLE.get(c.precision, 1),
+        c.cp * (gathered_multiple(c.precision, ctx.gpu) or 1),
+    )
     return {"seq_len": max(step, round(c.seq_len / step) * step)}
 
 
