@@ -349,7 +349,9 @@ def _case_env(cfg: TrainingConfig) -> dict[str, str | None]:
     return {
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True" if cfg.expandable_segments else None,
         "NCCL_GRAPH_REGISTER": None if cfg.nccl_graph_register else "0",
-        "NVTE_CPU_OFFLOAD_V1": "1" if cfg.activation_offload else None,
+        "NVTE_CPU_OFFLOAD_V1": "1"
+        if cfg.activation_offload and cfg.nvte_cpu_offload_v1 is not False
+        else None,
     }
 
 

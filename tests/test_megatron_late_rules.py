@@ -90,7 +90,9 @@ def test_transformer_engine_fp8_gemm_shapes():
     # 4104 = 8 x 513: passes the % 8 fprop check, fails the % 16 wgrad check
     assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 8, precision="fp8-blockwise")
     assert "PRECISION_SHAPE" not in errors(one, seq_len=4096 + 16, precision="fp8-blockwise")
-    assert "PRECISION_SHAPE" not in errors(one, seq_len=4096 + 64, precision="fp8-blockwise")  # 128 not needed
+    assert "PRECISION_SHAPE" not in errors(
+        one, seq_len=4096 + 64, precision="fp8-blockwise"
+    )  # 128 not needed
     assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 8, precision="fp8-tensorwise")  # Hopper: TN only
     assert "PRECISION_SHAPE" not in errors(one, seq_len=4096 + 8, precision="fp8-tensorwise", gpu="b200")
     assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 4, precision="fp8-tensorwise", gpu="b200")  # % 8

@@ -260,6 +260,12 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     },
     "PRECISION_AWARE_NEEDS_DISTOPT": lambda ctx: {"use_distributed_optimizer": True},
     "OFFLOAD_FP8_PARAM_GATHER": lambda ctx: {"fp8_param_gather": False},
+    # front ends
+    "LM_CROSS_ENTROPY_TE": lambda ctx: {"cross_entropy_fusion": "native"},
+    "LM_TP_COMM_OVERLAP_NEEDS_SP": lambda ctx: (
+        {"sequence_parallel": True} if ctx.cfg.tp > 1 else {"tp_comm_overlap": False}
+    ),
+    "DELAY_WGRAD_NEEDS_EP_OVERLAP": lambda ctx: {"delay_wgrad_compute": False},
 }
 
 

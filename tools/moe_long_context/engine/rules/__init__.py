@@ -40,4 +40,4 @@ def run_tool(ctx: Context, families: Iterable[str]) -> list[Finding]:
 
 @cache
 def _load_checks() -> None:
-    from . import batch, cp, graphs, layout, moe, optimizer, pipeline, precision, recompute  # noqa: F401
+    from . import batch, cp, graphs, launcher, layout, moe, optimizer, pipeline, precision, recompute  # noqa: F401
