@@ -594,6 +594,10 @@ def lm_argv(cfg: TrainingConfig, model: ModelSpec) -> list[str]:
         a.append("--moe-router-padding-for-quantization")
     if cfg.ep_overlap:
         a.append("--overlap-moe-expert-parallel-comm")
+    if cfg.tp_comm_overlap:
+        a.append("--tp-comm-overlap")
+    if cfg.cross_entropy_fusion == "te":  # native and none differ only in memory: not written
+        a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
     for name, value in precision_fields(cfg.precision).items():
         a += [{"fp8": "--fp8-format", "fp4": "--fp4-format"}.get(name, _flag(name)), value]
     if cfg.fp8_param_gather:
