@@ -12,7 +12,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moe_long_context.dialects.overrides import bridge_override_list
+from moe_long_context.dialects.overrides import bridge_override_list, megatron_args_for
 from moe_long_context.engine.config import TrainingConfig
 from moe_long_context.engine.context import build_context
 from moe_long_context.engine.findings import Severity
@@ -95,14 +95,17 @@ def _tool_errors(cfg: dict) -> dict[str, set[str]]:
     }
     if set(cfg) <= set(CheckDpBudgetRequest.model_fields):
         out["check_dp_budget"] = rule_errors(check_dp_budget(CheckDpBudgetRequest(**cfg)).findings)
-    if cfg["launcher"] == "bridge":  # the overrides carry the launcher; lint adds only the front-end notes
-        overrides = bridge_override_list(TrainingConfig(**cfg))
-        r = lint_config(
-            LintConfigRequest(
-                bridge_overrides=overrides, model=cfg["model"], gpu=cfg["gpu"], num_gpus=cfg["num_gpus"]
-            )
-        )
-        out["lint_config"] = rule_errors(r.findings)
+    # lint_config reads the launch in the launcher's own dialect
+    training = TrainingConfig(**cfg)
+    where = dict(model=cfg["model"], gpu=cfg["gpu"], num_gpus=cfg["num_gpus"])
+    if cfg["launcher"] == "bridge":
+        r = lint_config(LintConfigRequest(bridge_overrides=bridge_override_list(training), **where))
+    elif not cfg.get("packed_sequences"):  # a Bridge dataset setting: no Megatron-LM flag carries it
+        mtp = build_context(training).mtp_layers
+        r = lint_config(LintConfigRequest(megatron_args=megatron_args_for(training, mtp_layers=mtp), **where))
+    else:
+        return out
+    out["lint_config"] = rule_errors(r.findings)
     return out
 
 

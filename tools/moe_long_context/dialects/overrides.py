@@ -87,6 +87,8 @@ def megatron_args_for(
         value = getattr(cfg, name)
         if name == "vpp" and cfg.pipeline_layout is not None:
             continue  # Megatron-LM derives VPP from the layout and refuses both
+        if name == "sequence_parallel" and value is None:
+            value = cfg.tp > 1  # what the engine assumed (SP_ASSUMED); Megatron-LM's own default is off
         required = spec.get("megatron", {}).get("required", False)
         if name == "precision" or required or value != defaults.get(name, _missing):
             tokens += megatron_tokens(name, value)
