@@ -269,9 +269,13 @@ def test_lm_tp_comm_overlap_needs_sequence_parallel():
 def test_activation_offload_reads_the_launch_exports():
     """LM arguments.py:1854-1859 and Bridge training/config.py:2053-2059: with TE >= 2.10 the variable must be
     exactly '1'."""
-    offload = LM_BASE + " --fine-grained-activation-offloading --offload-modules core_attn"
+    offload = "torchrun --nproc-per-node 8 pretrain_gpt.py " + LM_BASE + " --fine-grained-activation-offloading " \
+              "--offload-modules core_attn"  # fmt: skip
     missing = lint(megatron_args=offload)
     assert codes(missing.findings) == ["OFFLOAD_ENV_MISSING"]
+    # bare flags say nothing about the environment: a reminder only
+    bare = lint(megatron_args=offload.split("pretrain_gpt.py ")[1])
+    assert bare.valid and "OFFLOAD_ENV" in codes(bare.findings, Severity.info)
     assert "export NVTE_CPU_OFFLOAD_V1=1" in the(missing.findings, "OFFLOAD_ENV_MISSING").fix
     assert lint(megatron_args="export NVTE_CPU_OFFLOAD_V1=1\n" + offload).valid
     assert "OFFLOAD_ENV_MISSING" in codes(
@@ -304,6 +308,9 @@ def test_layout_mtp_stage_needs_the_launchs_mtp_count():
         in the(r.findings, "PP_LAYOUT_INVALID").message
     )
     assert lint_config(LintConfigRequest(**req, megatron_args=args + " --mtp-num-layers 1")).valid
+    # a count the engine cannot read (a shell variable) is not taken as 0: the model's own count stands
+    unread = lint_config(LintConfigRequest(**req, megatron_args=args + " --mtp-num-layers $MTP"))
+    assert unread.valid and unread.effective_config["mtp_num_layers"] is None
     no_m = lint_config(LintConfigRequest(**req, megatron_args=args.replace("mL", "L")))
     assert no_m.valid and no_m.effective_config["mtp_num_layers"] == 0
     assert "model.mtp_num_layers=0" in no_m.corrected_other_dialect

@@ -144,9 +144,11 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             continue
         u.not_checked.append(flag)
     _megatron_semantics(u, values)
+    # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
+    is_script = bool(parsed.env or parsed.launcher_tokens)
     for var, rule in table["environment"].items():
         if var not in parsed.env:
-            if "absent" in rule:
+            if "absent" in rule and is_script:
                 u.set(rule["field"], rule["absent"], f"{var} (not exported by the launch)")
             continue
         value = parsed.env[var]
@@ -177,6 +179,10 @@ _LEGACY_GRAPH_FLAGS = {"--enable-cuda-graph": "local", "--external-cuda-graph": 
 def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
     """What validate_args derives from the flags as a whole (so flag order never matters)."""
     arch = u.architecture
+    if "--mtp-num-layers" in values and "mtp_num_layers" not in u.fields:
+        u.fields["mtp_num_layers"] = (
+            None  # given but not read (a shell variable): the model's own count stands
+        )
     if "--micro-batch-size" not in values:
         u.notes.append(
             finding(
