@@ -170,6 +170,9 @@ def test_a2a_p2p_needs_the_hierarchy_at_every_cp_size():
     assert codes(comm_type_findings(qwen, 1, 1, None, None, False)) == []
     assert "CP_HIERARCHY_REQUIRED" in errors(**QWEN, cp_comm_type="a2a+p2p")
     assert "CP_HIERARCHY_REQUIRED" not in errors(**QWEN, cp_comm_type="a2a+p2p", hierarchical_cp_sizes=[1, 1])
+    fixed = lint(bridge_overrides=BRIDGE_BASE + " model.cp_comm_type=a2a+p2p")
+    assert codes(fixed.findings) == ["CP_HIERARCHY_REQUIRED"] and fixed.remaining_errors == []
+    assert fixed.fixes[0].settings == {"cp_comm_type": None}
 
 
 # ------------------------------------------------------------------ smallest fix upstream accepts

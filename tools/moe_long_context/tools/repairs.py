@@ -74,6 +74,8 @@ def _seq(ctx: Context) -> Patch:
 def _comm_type(ctx: Context) -> Patch:
     from .size_cp import comm_type_for
 
+    if ctx.cfg.cp == 1:  # e.g. a2a+p2p without sizes at CP = 1: no comm type is needed at all
+        return {"cp_comm_type": None, "hierarchical_cp_sizes": None}
     comm, hierarchy, _ = comm_type_for(ctx.model, ctx.gpu, ctx.cfg.tp, ctx.cfg.cp, ctx.cfg.packed_sequences)
     if comm is None:
         return None
