@@ -20,6 +20,17 @@ class Pattern:
 
 
 PATTERNS: tuple[Pattern, ...] = (
+    # Front-end checks of Megatron-LM's validate_args (engine family launch).
+    Pattern(
+        "launch",
+        r"Transformer Engine cross entropy loss fusion is disabled",
+        "LM arguments.py:1642-1647",
+    ),
+    Pattern(
+        "launch",
+        r"Tensor parallel communication/GEMM overlap can happen only when sequence parallelism",
+        "LM arguments.py:1401-1402",
+    ),
     # Messages that name another family's words come first.
     Pattern(
         "recompute",

@@ -761,6 +761,22 @@ def _sinks_comm(rng, cfg):
     return cfg
 
 
+@mutation("launch", "lm-cross-entropy-te")
+def _cross_entropy_te(rng, cfg):
+    cfg["cross_entropy_fusion"] = "te"  # Megatron-LM refuses it; Bridge only warns
+    return cfg
+
+
+@mutation("launch", "tp-overlap-without-sp")
+def _tp_overlap_without_sp(rng, cfg):
+    # Megatron-LM refuses it without SP, which it always turns off at TP 1; Bridge turns the overlap off. At
+    # TP > 1 turning SP off would also break MoE (MOE_TP_NEEDS_SP), so only TP 1 bases are used.
+    if cfg["tp"] > 1:
+        return None
+    cfg["tp_comm_overlap"] = True
+    return cfg
+
+
 def _selective(cfg, modules, **extra):
     """Selective recompute of ``modules`` (a full-recompute base's method and layer count dropped)."""
     cfg.pop("recompute_method", None)

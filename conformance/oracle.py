@@ -349,7 +349,9 @@ def _case_env(cfg: TrainingConfig) -> dict[str, str | None]:
     return {
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True" if cfg.expandable_segments else None,
         "NCCL_GRAPH_REGISTER": None if cfg.nccl_graph_register else "0",
-        "NVTE_CPU_OFFLOAD_V1": "1" if cfg.activation_offload else None,
+        "NVTE_CPU_OFFLOAD_V1": "1"
+        if cfg.activation_offload and cfg.nvte_cpu_offload_v1 is not False
+        else None,
     }
 
 
@@ -592,6 +594,10 @@ def lm_argv(cfg: TrainingConfig, model: ModelSpec) -> list[str]:
         a.append("--moe-router-padding-for-quantization")
     if cfg.ep_overlap:
         a.append("--overlap-moe-expert-parallel-comm")
+    if cfg.tp_comm_overlap:
+        a.append("--tp-comm-overlap")
+    if cfg.cross_entropy_fusion == "te":  # native and none differ only in memory: not written
+        a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
     for name, value in precision_fields(cfg.precision).items():
         a += [{"fp8": "--fp8-format", "fp4": "--fp4-format"}.get(name, _flag(name)), value]
     if cfg.fp8_param_gather:

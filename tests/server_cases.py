@@ -28,6 +28,9 @@ LAYOUT_KEYS = (
     "gbs",
 )
 
+# the split the layout needs: every tool that receives PP checks that the layers split over it
+SPLIT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
 # (tool, arguments, expected values in structuredContent)
 VALID_CALLS = [
     (
@@ -43,7 +46,7 @@ VALID_CALLS = [
     (
         "validate_cuda_graph_shapes",
         {
-            **only(QWEN3_128K, *LAYOUT_KEYS, "sequence_parallel", "dispatcher", "precision"),
+            **only(QWEN3_128K, *LAYOUT_KEYS, *SPLIT_KEYS, "sequence_parallel", "dispatcher", "precision"),
             **only(
                 QWEN3_128K,
                 "recompute_granularity",

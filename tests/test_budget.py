@@ -125,7 +125,15 @@ def test_gdn_heads_over_tp_cp_on_qwen3_next():
 
 def test_gpt_oss_needs_etp1_and_a2a():
     r = budget(
-        model="gpt-oss-120b", num_gpus=64, tp=2, etp=2, ep=8, sequence_parallel=True, seq_len=32768, cp=2
+        model="gpt-oss-120b",
+        num_gpus=64,
+        tp=2,
+        etp=2,
+        ep=8,
+        sequence_parallel=True,
+        seq_len=32768,
+        cp=2,
+        cp_comm_type="p2p",
     )
     assert {"MOE_BIAS_NEEDS_ETP1", "CP_SLIDING_WINDOW_COMM_TYPE", "CP_SINKS_COMM_TYPE"} <= set(error_codes(r))
     ok = budget(

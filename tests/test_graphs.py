@@ -11,7 +11,21 @@ from moe_long_context.tools.validate_cuda_graph_shapes import (
     validate_cuda_graph_shapes,
 )
 
-QWEN = dict(model="qwen3-235b-a22b", seq_len=131072, tp=4, cp=4, pp=4, vpp=12, ep=32, num_gpus=128, gbs=16)
+# 94 layers + embedding + loss = 96 = 4 PP ranks x 12 virtual stages x 2 (a split Megatron accepts, so the
+# pipeline rules every tool applies stay quiet)
+QWEN = dict(
+    model="qwen3-235b-a22b",
+    seq_len=131072,
+    tp=4,
+    cp=4,
+    pp=4,
+    vpp=12,
+    ep=32,
+    num_gpus=128,
+    gbs=16,
+    account_for_embedding_in_pipeline_split=True,
+    account_for_loss_in_pipeline_split=True,
+)
 TE = dict(cuda_graph_impl="transformer_engine")
 
 

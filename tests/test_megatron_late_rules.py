@@ -81,11 +81,31 @@ def test_transformer_engine_recipe_needs_the_gpu():
 
 
 def test_transformer_engine_fp8_gemm_shapes():
-    """TE v2.14 pytorch/utils.py:479-490 assert_dim_for_fp8_exec (rows % 8) and
-    tensor/float8_blockwise_tensor.py:195-204 (blockwise: rows % 128), checked in each FP8 GEMM."""
-    one = dict(QWEN, tp=1, cp=1, num_gpus=16, mbs=1, gbs=64)
-    assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 64, precision="fp8-blockwise")
-    assert "PRECISION_SHAPE" not in errors(one, seq_len=4096 + 128, precision="fp8-blockwise")
+    """TE v2.14: pytorch/utils.py:479-489 assert_dim_for_fp8_exec (local rows % 8, every FP8 recipe);
+    common/gemm/cublaslt_gemm.cu:209-210, :292-295 (block scaling: the wgrad GEMM's inner dim, MBS x seq/CP
+    tokens, % 16 on every GPU); cublaslt_gemm.cu:135-162 with transformer_engine.cpp:1099-1112 (tensor
+    scaling on TN-only Hopper: the same % 16). Blockwise needs 16, not 128 (float8_blockwise_tensor.py:195-204
+    is_quantizable only chooses a BF16 all-gather; quantization.py:119-125 aligns blockwise to 16)."""
+    one = dict(QWEN, tp=1, cp=1, num_gpus=16, mbs=1, gbs=64, gpu="h100")
+    # 4104 = 8 x 513: passes the % 8 fprop check, fails the % 16 wgrad check
+    assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 8, precision="fp8-blockwise")
+    assert "PRECISION_SHAPE" not in errors(one, seq_len=4096 + 16, precision="fp8-blockwise")
+    assert "PRECISION_SHAPE" not in errors(
+        one, seq_len=4096 + 64, precision="fp8-blockwise"
+    )  # 128 not needed
+    assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 8, precision="fp8-tensorwise")  # Hopper: TN only
+    assert "PRECISION_SHAPE" not in errors(one, seq_len=4096 + 8, precision="fp8-tensorwise", gpu="b200")
+    assert "PRECISION_SHAPE" in errors(one, seq_len=4096 + 4, precision="fp8-tensorwise", gpu="b200")  # % 8
+
+
+def test_blockwise_rows_of_the_audit_reproduction_are_accepted():
+    """rule-audit.md Reproduction: qwen3-30b-a3b TP4 CP16 SP seq 4096 blockwise on H100 has 64 local rows
+    (4096 / 64) and 256 wgrad rows (4096 / 16); the engine used to demand 128 local rows."""
+    cfg = dict(QWEN, tp=4, cp=16, ep=8, pp=1, num_gpus=64, seq_len=4096, gbs=64, gpu="h100")
+    assert "PRECISION_SHAPE" not in errors(cfg, precision="fp8-blockwise", sequence_parallel=True)
+    # seq 10240 with TP4 CP8: 320 local rows, a multiple of 16 and not of 128
+    wide = dict(cfg, tp=4, cp=8, num_gpus=32, seq_len=10240, gbs=32)
+    assert "PRECISION_SHAPE" not in errors(wide, precision="fp8-blockwise", sequence_parallel=True)
 
 
 def test_expandable_segments_with_te_graphs():

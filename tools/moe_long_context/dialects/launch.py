@@ -116,6 +116,8 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             continue
         if flag in arch:
             u.architecture[arch[flag]] = _scalar(vals[0]) if vals else None
+            if flag == "--mtp-num-layers":  # the launch's own MTP count wins over the catalog's
+                _set_plain(u, "mtp_num_layers", flag, vals, "value")
             continue
         if flag == "--moe-layer-freq":
             dense = _moe_layer_freq(vals[0]) if vals else None
@@ -141,11 +143,18 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         if _special_megatron(u, flag, vals, values):
             continue
         u.not_checked.append(flag)
+    _megatron_semantics(u, values)
+    # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
+    is_script = bool(parsed.env or parsed.launcher_tokens)
     for var, rule in table["environment"].items():
         if var not in parsed.env:
+            if "absent" in rule and is_script:
+                u.set(rule["field"], rule["absent"], f"{var} (not exported by the launch)")
             continue
         value = parsed.env[var]
-        if "true_when_contains" in rule:
+        if "true_when" in rule:
+            u.set(rule["field"], value == rule["true_when"], var)
+        elif "true_when_contains" in rule:
             u.set(rule["field"], rule["true_when_contains"] in value, var)
         elif "false_when" in rule:
             u.set(rule["field"], value != rule["false_when"], var)
@@ -163,6 +172,54 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
 
 
 ArgValues = list[str]
+
+_LEGACY_GRAPH_FLAGS = {"--enable-cuda-graph": "local", "--external-cuda-graph": "transformer_engine"}
+
+
+def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
+    """What validate_args derives from the flags as a whole (so flag order never matters)."""
+    arch = u.architecture
+    if "--mtp-num-layers" in values and "mtp_num_layers" not in u.fields:
+        u.fields["mtp_num_layers"] = (
+            None  # given but not read (a shell variable): the model's own count stands
+        )
+    if "--micro-batch-size" not in values:
+        u.notes.append(
+            finding(
+                "LM_MICRO_BATCH_SIZE_MISSING",
+                "--micro-batch-size is not given: Megatron-LM core_r0.19 has no default for it and asserts.",
+                "Add --micro-batch-size (1 is the usual choice for long context).",
+                ["--micro-batch-size"],
+            )
+        )
+    experts = arch.get("num_experts")
+    if experts and "moe_intermediate_size" not in arch and "intermediate_size" in arch:
+        arch["moe_intermediate_size"] = arch["intermediate_size"]  # LM arguments.py:1595-1597
+        u.notes.append(
+            finding(
+                "MOE_FFN_FROM_FFN",
+                f"--moe-ffn-hidden-size is not given: Megatron-LM uses --ffn-hidden-size "
+                f"({arch['intermediate_size']}) for the experts.",
+                "Give --moe-ffn-hidden-size if the experts are narrower than the dense FFN.",
+                ["--ffn-hidden-size"],
+            )
+        )
+    legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
+    if legacy:
+        impl = (values.get("--cuda-graph-impl") or ["none"])[0]
+        if impl != "none" or len(legacy) > 1:
+            u.notes.append(
+                finding(
+                    "GRAPH_LEGACY_WITH_IMPL",
+                    f"{' and '.join(legacy)}"
+                    + (f" with --cuda-graph-impl {impl}" if impl != "none" else " together")
+                    + ": Megatron refuses the deprecated switches next to --cuda-graph-impl or each other.",
+                    f"Keep only --cuda-graph-impl {impl if impl != 'none' else _LEGACY_GRAPH_FLAGS[legacy[-1]]}.",
+                    [*legacy, "--cuda-graph-impl"],
+                )
+            )
+        else:
+            u.set("cuda_graph_impl", _LEGACY_GRAPH_FLAGS[legacy[0]], legacy[0])
 
 
 def _suggest_flag(flag: str) -> str:
@@ -234,6 +291,7 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
         return True
     if flag in ("--optimizer-cpu-offload", "--optimizer-offload-fraction"):
         if "--optimizer-cpu-offload" in values:
+            u.set("optimizer_cpu_offload", True, flag)
             fraction = (values.get("--optimizer-offload-fraction") or ["1.0"])[0]
             try:
                 u.set("optimizer_cpu_offload_fraction", float(fraction), flag)
@@ -245,13 +303,13 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
             mods = [v for val in values.get("--offload-modules", []) for v in val.replace(",", " ").split()]
             u.set("activation_offload", mods, flag)
         return True
-    if flag == "--enable-cuda-graph":
-        u.notes.append(_deprecated(flag, "--cuda-graph-impl local"))
-        u.set("cuda_graph_impl", "local", flag)
+    if flag in _LEGACY_GRAPH_FLAGS:  # resolved with --cuda-graph-impl in _megatron_semantics
+        u.notes.append(_deprecated(flag, f"--cuda-graph-impl {_LEGACY_GRAPH_FLAGS[flag]}"))
         return True
-    if flag == "--external-cuda-graph":
-        u.notes.append(_deprecated(flag, "--cuda-graph-impl transformer_engine"))
-        u.set("cuda_graph_impl", "transformer_engine", flag)
+    if flag in ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"):
+        fused = "--cross-entropy-loss-fusion" in values
+        impl = (values.get("--cross-entropy-fusion-impl") or ["native"])[0]
+        u.set("cross_entropy_fusion", ("te" if impl == "te" else "native") if fused else "none", flag)
         return True
     if flag == "--moe-layer-recompute":
         u.notes.append(_deprecated(flag, "--recompute-granularity selective --recompute-modules moe"))
@@ -308,7 +366,51 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
             u.set(name, value, key)
         elif not _special_bridge(u, key, value, keys):
             u.not_checked.append(key)
+    _bridge_graph_switches(u, keys)
     return u
+
+
+_LEGACY_GRAPH_KEYS = {"model.enable_cuda_graph": "local", "model.external_cuda_graph": "transformer_engine"}
+
+
+def _bridge_graph_switches(u: Understood, keys: dict[str, Any]) -> None:
+    """The deprecated graph switches as Megatron Core resolves them, whatever the key order.
+
+    MCore transformer_config.py:2365-2381 (in __post_init__, on the final values): either switch needs
+    cuda_graph_impl 'none' and excludes the other, then sets the impl. Bridge validates the graph setting
+    before that (training/config.py:1260 before finalize at :1262) and, seeing 'none', clears the modules
+    (utils/cuda_graph.py:134-138), so the switches always capture whole layers.
+    """
+    legacy = [key for key in _LEGACY_GRAPH_KEYS if keys.get(key) is True]
+    if not legacy:
+        return
+    impl = keys.get("model.cuda_graph_impl") or "none"
+    if impl != "none" or len(legacy) > 1:
+        u.notes.append(
+            finding(
+                "GRAPH_LEGACY_WITH_IMPL",
+                f"{' and '.join(legacy)}"
+                + (f" with model.cuda_graph_impl={impl}" if impl != "none" else " together")
+                + ": Megatron Core refuses the deprecated switches next to cuda_graph_impl or each other.",
+                f"Keep only model.cuda_graph_impl={impl if impl != 'none' else _LEGACY_GRAPH_KEYS[legacy[-1]]}.",
+                [*legacy, "model.cuda_graph_impl"],
+            )
+        )
+        return
+    u.set("cuda_graph_impl", _LEGACY_GRAPH_KEYS[legacy[0]], legacy[0])
+    scoped = [k for k in ("model.cuda_graph_modules", "model.cuda_graph_scope") if keys.get(k)]
+    if scoped:
+        u.notes.append(
+            finding(
+                "GRAPH_LEGACY_CLEARS_MODULES",
+                f"{legacy[0]} with {', '.join(scoped)}: Megatron Bridge clears the modules before Megatron Core "
+                "turns the switch into cuda_graph_impl, so whole layers are captured.",
+                f"To capture modules, write model.cuda_graph_impl={_LEGACY_GRAPH_KEYS[legacy[0]]} with "
+                "model.cuda_graph_modules instead of the deprecated switch.",
+                [legacy[0], *scoped],
+            )
+        )
+    u.set("cuda_graph_modules", [], legacy[0])
 
 
 _PRESETS = {spec["bridge"]: name for name, spec in dialect_table()["precision"].items()}
@@ -351,6 +453,7 @@ def _special_bridge(u: Understood, key: str, value: Any, keys: dict[str, Any]) -
         return True
     if key in ("optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction"):
         if keys.get("optimizer.optimizer_cpu_offload"):
+            u.set("optimizer_cpu_offload", True, key)
             u.set(
                 "optimizer_cpu_offload_fraction",
                 float(keys.get("optimizer.optimizer_offload_fraction", 0.0)),
@@ -362,11 +465,14 @@ def _special_bridge(u: Understood, key: str, value: Any, keys: dict[str, Any]) -
             mods = keys.get("model.offload_modules") or []
             u.set("activation_offload", [mods] if isinstance(mods, str) else list(mods), key)
         return True
-    if key in ("model.enable_cuda_graph", "model.external_cuda_graph"):
+    if key in _LEGACY_GRAPH_KEYS:  # resolved with model.cuda_graph_impl in _bridge_graph_switches
         if value:
-            impl = "local" if key == "model.enable_cuda_graph" else "transformer_engine"
-            u.notes.append(_deprecated(key, f"model.cuda_graph_impl={impl}"))
-            u.set("cuda_graph_impl", impl, key)
+            u.notes.append(_deprecated(key, f"model.cuda_graph_impl={_LEGACY_GRAPH_KEYS[key]}"))
+        return True
+    if key in ("model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl"):
+        fused = keys.get("model.cross_entropy_loss_fusion", True)  # GPTModelProvider default: fused
+        impl = keys.get("model.cross_entropy_fusion_impl", "native")
+        u.set("cross_entropy_fusion", ("te" if impl == "te" else "native") if fused else "none", key)
         return True
     if key == "model.moe_layer_recompute":
         if value:

@@ -66,19 +66,31 @@ def architecture_flags(model: ModelSpec, mtp_layers: int | None = None) -> list[
     return out
 
 
-def megatron_args_for(cfg: TrainingConfig, model: ModelSpec | None = None) -> list[str]:
-    """Megatron-LM tokens for every engine setting that differs from Megatron-LM's own default."""
+def megatron_args_for(
+    cfg: TrainingConfig, model: ModelSpec | None = None, mtp_layers: int | None = None
+) -> list[str]:
+    """Megatron-LM tokens for every engine setting that differs from Megatron-LM's own default.
+
+    Flags marked ``required`` (no usable default in Megatron-LM, e.g. --micro-batch-size) are always written;
+    ``mtp_layers`` writes --mtp-num-layers without the architecture flags (Megatron-LM has no MTP layer
+    without it, whatever the model's own count).
+    """
     defaults = megatron_defaults()
     tokens: list[str] = []
     if model is not None:
         tokens += architecture_flags(model, cfg.mtp_num_layers)
-    for name in dialect_table()["fields"]:
+    elif mtp_layers:
+        tokens += ["--mtp-num-layers", str(mtp_layers)]
+    for name, spec in dialect_table()["fields"].items():
         if not _written(name, cfg):
             continue
         value = getattr(cfg, name)
         if name == "vpp" and cfg.pipeline_layout is not None:
             continue  # Megatron-LM derives VPP from the layout and refuses both
-        if name == "precision" or value != defaults.get(name, _missing):
+        if name == "sequence_parallel" and value is None:
+            value = cfg.tp > 1  # what the engine assumed (SP_ASSUMED); Megatron-LM's own default is off
+        required = spec.get("megatron", {}).get("required", False)
+        if name == "precision" or required or value != defaults.get(name, _missing):
             tokens += megatron_tokens(name, value)
     return tokens
 

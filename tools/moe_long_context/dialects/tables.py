@@ -316,6 +316,10 @@ def megatron_tokens(field_name: str, value: Any) -> list[str]:
         )
     if special == "activation_offload":
         return [] if not value else ["--fine-grained-activation-offloading", "--offload-modules", *value]
+    if special == "cross_entropy":
+        return {"none": [], "native": ["--cross-entropy-loss-fusion"]}.get(
+            value, ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+        )
     flag = spec["megatron"].get("flag")
     if flag is None or special:
         return []
@@ -350,6 +354,10 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
         if not value:
             return {"model.fine_grained_activation_offloading": False}
         return {"model.fine_grained_activation_offloading": True, "model.offload_modules": list(value)}
+    if special == "cross_entropy":
+        if value == "none":
+            return {"model.cross_entropy_loss_fusion": False}
+        return {"model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": value}
     key = spec["bridge"].get("key")
     if key is None or special:
         return {}

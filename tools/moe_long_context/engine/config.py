@@ -131,6 +131,11 @@ class ParallelArgs(_Args):
         description="Sequence parallelism (--sequence-parallel). Unset: assumed on exactly when TP > 1, which "
         "MoE with TP > 1 requires.",
     )
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description="TP communication/GEMM overlap (--tp-comm-overlap; Bridge comm_overlap.tp_comm_overlap). "
+        "Megatron-LM refuses it without sequence parallelism (and so at TP = 1); Bridge turns it off there.",
+    )
 
 
 class PipelineSplitArgs(_Args):
@@ -211,6 +216,11 @@ class MoEArgs(_Args):
     ep_overlap: bool = Field(
         default=False, description="EP all-to-all overlap (--overlap-moe-expert-parallel-comm)."
     )
+    delay_wgrad_compute: bool = Field(
+        default=False,
+        description="Delay the expert weight-gradient GEMMs to overlap them with the EP all-to-all "
+        "(--delay-wgrad-compute; Bridge comm_overlap.delay_wgrad_compute); needs ep_overlap.",
+    )
 
 
 class PrecisionArgs(_Args):
@@ -252,6 +262,12 @@ class RecomputeArgs(_Args):
         description="Fine-grained activation offload modules (--fine-grained-activation-offloading "
         "--offload-modules ...): attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, "
         "fused_group_mlp.",
+    )
+
+    nvte_cpu_offload_v1: bool | None = Field(
+        default=None,
+        description="NVTE_CPU_OFFLOAD_V1=1 is exported, which fine-grained activation offload needs with "
+        "TE >= 2.10. Unset: not known (the engine reminds you); false: the launch does not export it.",
     )
 
     @field_validator("recompute_modules", "activation_offload", mode="before")
@@ -310,6 +326,12 @@ class OptimizerArgs(_Args):
         default=False,
         description="--use-precision-aware-optimizer (BF16 Adam moments; needed for CPU offload).",
     )
+    optimizer_cpu_offload: bool = Field(
+        default=False,
+        description="Optimizer CPU offload requested (--optimizer-cpu-offload; Bridge "
+        "optimizer.optimizer_cpu_offload). What moves is optimizer_cpu_offload_fraction: Megatron Core's "
+        "default fraction is 0.0 (Bridge), Megatron-LM's flag default 1.0.",
+    )
     optimizer_cpu_offload_fraction: float = Field(
         default=0.0,
         ge=0.0,
@@ -336,7 +358,8 @@ class MemoryArgs(_Args):
         default="native",
         description="Loss kernel: none (Megatron-LM default), native (--cross-entropy-loss-fusion; Bridge's "
         "default) or te (--cross-entropy-fusion-impl te, Bridge's DeepSeek-V3 recipes). native and none keep "
-        "FP32 softmax logits per in-flight microbatch; te keeps the BF16 gradient in place.",
+        "FP32 softmax logits per in-flight microbatch; te keeps the BF16 gradient in place. Megatron-LM refuses "
+        "te (--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te).",
     )
 
 

@@ -1,7 +1,7 @@
 """The resolved view of a configuration that every check reads.
 
-Resolution applies the defaults Megatron Bridge applies (ETP, sequence parallelism, MTP from the model)
-once, so each rule reads settled values and records nothing twice.
+Resolution applies the defaults the launcher applies (ETP, sequence parallelism, MTP from the model, an unset
+cp_comm_type from ``launcher_defaults.yaml``) once, so each rule reads settled values and records nothing twice.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from functools import cached_property
 from ..model.catalog import load_gpu, load_model
 from ..model.specs import GpuSpec, ModelSpec
 from .config import TrainingConfig
+from .launcher_defaults import Default, unset_value
 from .layout import Layout, resolve_etp
 from .pipeline import SplitResult, split_pipeline
 
@@ -35,6 +36,19 @@ class Context:
         if self.cfg.tp == 1:
             return False
         return self.cfg.sequence_parallel if self.cfg.sequence_parallel is not None else True
+
+    @cached_property
+    def cp_comm_default(self) -> Default | None:
+        """Where the cp_comm_type in effect comes from when the request leaves it unset (None when given)."""
+        if self.cfg.cp_comm_type is not None:
+            return None
+        return unset_value("cp_comm_type", self.cfg.launcher, self.model.family)
+
+    @cached_property
+    def cp_comm_type(self) -> str:
+        """cp_comm_type as written or, unset, as the launcher resolves it for this model family."""
+        default = self.cp_comm_default
+        return self.cfg.cp_comm_type if default is None else default.value
 
     @cached_property
     def mtp_layers(self) -> int:

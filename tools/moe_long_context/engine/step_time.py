@@ -219,7 +219,7 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
             )
             kv_bytes = tokens * kv_width * bytes_act / c.tp
             qo_bytes = tokens * m.num_attention_heads * (m.v_head_dim or m.head_dim) * 2 * bytes_act / c.tp
-            comm = c.cp_comm_type or "p2p"
+            comm = ctx.cp_comm_type
             a2a, ring = {"a2a": (c.cp, 1), "p2p": (1, c.cp), "all_gather": (1, c.cp)}.get(comm, (1, c.cp))
             if comm == "a2a+p2p":
                 a2a, ring = (tuple(c.hierarchical_cp_sizes) if c.hierarchical_cp_sizes else (1, c.cp))[:2]

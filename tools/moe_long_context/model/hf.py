@@ -131,14 +131,18 @@ def _qwen3_moe(r: _Reader) -> None:
     r.set("attention_layer_types", ("full",) * cfg["num_hidden_layers"], "all layers use full attention")
     r.take("ffn_hidden_size", "intermediate_size")
     step = cfg.get("decoder_sparse_step", 1)
-    dense_only = cfg.get("mlp_only_layers") or []
-    if step != 1 or dense_only:
+    dense_only = list(cfg.get("mlp_only_layers") or [])
+    if step != 1 or dense_only != list(range(len(dense_only))):
         raise InputError(
             "model.mlp_only_layers",
             dense_only or step,
-            "every layer MoE (decoder_sparse_step 1, mlp_only_layers [])",
+            "MoE layers after leading dense ones (decoder_sparse_step 1, mlp_only_layers [0, 1, ..., k-1])",
         )
-    r.set("num_dense_layers", 0, f"{r.origin}: decoder_sparse_step 1 and mlp_only_layers []")
+    r.set(
+        "num_dense_layers",
+        len(dense_only),
+        f"{r.origin}: decoder_sparse_step 1 and mlp_only_layers {dense_only}",
+    )
     r.take("num_experts", "num_experts")
     r.take("moe_router_topk", "num_experts_per_tok")
     r.take("moe_ffn_hidden_size", "moe_intermediate_size")

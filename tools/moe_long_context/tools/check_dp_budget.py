@@ -24,9 +24,9 @@ from ..engine.config import (
     TrainingConfig,
 )
 from ..engine.context import Context, build_context
-from ..engine.findings import Finding, has_errors
+from ..engine.findings import Finding, errors, has_errors
 from ..engine.pipeline import propose_splits
-from ..engine.rules import run
+from ..engine.rules import run, run_tool
 
 BUDGET_FAMILIES = ("layout", "pipeline", "batch", "sequence", "cp")
 
@@ -53,7 +53,7 @@ class PipelineInfo(BaseModel):
 class Alternative(BaseModel):
     """A nearby configuration the engine accepts, as the settings to change."""
 
-    settings: dict[str, int | str | bool | None] = Field(description="Request fields to set.")
+    settings: dict[str, int | str | bool | list[int] | None] = Field(description="Request fields to set.")
     layout: str = Field(description="Resulting layout, e.g. 'TP1 CP32 PP8 VPP4 EP32 ETP1 DP1 EDP1'.")
     dp: int
     edp: int
@@ -92,7 +92,7 @@ def _pipeline_info(ctx: Context) -> PipelineInfo:
 
 def check_dp_budget(req: CheckDpBudgetRequest) -> CheckDpBudgetResult:
     ctx = build_context(TrainingConfig(**req.model_dump(exclude_unset=True)))
-    findings = run(ctx, BUDGET_FAMILIES)
+    findings = run_tool(ctx, BUDGET_FAMILIES)
     lay = ctx.layout
     return CheckDpBudgetResult(
         valid=not has_errors(findings),
@@ -211,7 +211,16 @@ def nearest_alternatives(ctx: Context, limit: int = 4) -> list[Alternative]:
         except ValidationError:
             continue  # e.g. the batch fix needs a gbs beyond what a request may carry: not an alternative
         trial_ctx = Context(cfg=trial, model=ctx.model, gpu=ctx.gpu)
-        if has_errors(run(trial_ctx, BUDGET_FAMILIES)):
+        trial_errors = errors(run(trial_ctx, BUDGET_FAMILIES))
+        if trial_errors and all(f.code.startswith("CP_") for f in trial_errors):
+            # the smallest change upstream accepts may be the cp_comm_type alone (gpt-oss: p2p -> a2a)
+            comm_settings = _comm_type_settings(trial_ctx)
+            if comm_settings is not None:
+                settings = {**settings, **comm_settings}
+                trial = TrainingConfig(**{**base, **settings})
+                trial_ctx = Context(cfg=trial, model=ctx.model, gpu=ctx.gpu)
+                trial_errors = errors(run(trial_ctx, BUDGET_FAMILIES))
+        if trial_errors:
             continue
         key = tuple(sorted((k, str(v)) for k, v in settings.items()))
         if key in seen:
@@ -231,13 +240,24 @@ def nearest_alternatives(ctx: Context, limit: int = 4) -> list[Alternative]:
     return out
 
 
+def _comm_type_settings(ctx: Context) -> dict | None:
+    """The cp_comm_type (and hierarchy) size_cp would choose for this layout, when it differs."""
+    from .size_cp import comm_type_for
+
+    c = ctx.cfg
+    comm, hierarchy, _ = comm_type_for(ctx.model, ctx.gpu, c.tp, c.cp, c.packed_sequences)
+    if comm is None or (comm == c.cp_comm_type and hierarchy == c.hierarchical_cp_sizes):
+        return None
+    return {"cp_comm_type": comm, "hierarchical_cp_sizes": hierarchy}
+
+
 def _default(key: str):
     return TrainingConfig.model_fields[key].default
 
 
 def _describe_change(c: TrainingConfig, settings: dict) -> str:
     parts = []
-    for key in ("tp", "cp", "pp", "ep", "vpp", "gbs"):
+    for key in ("tp", "cp", "pp", "ep", "vpp", "gbs", "cp_comm_type", "hierarchical_cp_sizes"):
         if key in settings and settings[key] != getattr(c, key):
             parts.append(f"{key} {getattr(c, key)} -> {settings[key]}")
     split_keys = [k for k in settings if k in _clear_split() and settings[k] not in (None, False)]

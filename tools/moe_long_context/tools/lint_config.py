@@ -187,8 +187,8 @@ def _custom_spec(arch: dict[str, Any]) -> ModelSpec:
     dense = cfg.pop("first_k_dense_replace", 0)
     if cfg["model_type"] == "deepseek_v3":
         cfg["first_k_dense_replace"] = dense
-    elif dense:
-        raise InputError("--moe-layer-freq", dense, "every layer MoE for a GQA model built from flags")
+    elif dense:  # leading dense layers, as Megatron builds them from --moe-layer-freq for any attention
+        cfg["mlp_only_layers"] = list(range(dense))
     missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "moe_intermediate_size")
                if not cfg.get(k)]  # fmt: skip
     if missing:

@@ -29,7 +29,11 @@ def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[
             model.id, gpu.id, req.num_gpus, req.seq_len
         ):  # fmt: skip
             continue
-        cfg = TrainingConfig(**_vpp_from_layout({**c, "launcher": req.launcher}))
+        c = {**c, "launcher": req.launcher}
+        # the TE loss kernel is a Bridge recipe choice Megatron-LM refuses (LM_CROSS_ENTROPY_TE)
+        if req.launcher == "megatron-lm" and c.get("cross_entropy_fusion") == "te":
+            c["cross_entropy_fusion"] = "native"
+        cfg = TrainingConfig(**_vpp_from_layout(c))
         ctx = Context(cfg=cfg, model=model, gpu=gpu)
         found = run(ctx)
         mm = memory_model(ctx) if not has_errors(found) else None

@@ -59,17 +59,23 @@ def _gbs(ctx: Context) -> Patch:
 
 def _seq(ctx: Context) -> Patch:
     """The nearest sequence length that splits over 2 x CP, CP x TP (SP) and the FP8 GEMM row multiple."""
-    from ..engine.rules.precision import ROW_MULTIPLE
+    from ..engine.rules.precision import ROW_MULTIPLE, gathered_multiple
 
     c = ctx.cfg
     shard = c.cp * (c.tp if ctx.sequence_parallel else 1)
-    step = math.lcm(2 * c.cp if c.cp > 1 else 1, shard * ROW_MULTIPLE.get(c.precision, 1))
+    step = math.lcm(
+        2 * c.cp if c.cp > 1 else 1,
+        shard * ROW_MULTIPLE.get(c.precision, 1),
+        c.cp * (gathered_multiple(c.precision, ctx.gpu) or 1),
+    )
     return {"seq_len": max(step, round(c.seq_len / step) * step)}
 
 
 def _comm_type(ctx: Context) -> Patch:
     from .size_cp import comm_type_for
 
+    if ctx.cfg.cp == 1:  # e.g. a2a+p2p without sizes at CP = 1: no comm type is needed at all
+        return {"cp_comm_type": None, "hierarchical_cp_sizes": None}
     comm, hierarchy, _ = comm_type_for(ctx.model, ctx.gpu, ctx.cfg.tp, ctx.cfg.cp, ctx.cfg.packed_sequences)
     if comm is None:
         return None
@@ -256,6 +262,12 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     },
     "PRECISION_AWARE_NEEDS_DISTOPT": lambda ctx: {"use_distributed_optimizer": True},
     "OFFLOAD_FP8_PARAM_GATHER": lambda ctx: {"fp8_param_gather": False},
+    # front ends
+    "LM_CROSS_ENTROPY_TE": lambda ctx: {"cross_entropy_fusion": "native"},
+    "LM_TP_COMM_OVERLAP_NEEDS_SP": lambda ctx: (
+        {"sequence_parallel": True} if ctx.cfg.tp > 1 else {"tp_comm_overlap": False}
+    ),
+    "DELAY_WGRAD_NEEDS_EP_OVERLAP": lambda ctx: {"delay_wgrad_compute": False},
 }
 
 

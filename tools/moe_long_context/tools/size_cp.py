@@ -192,7 +192,7 @@ def size_cp(req: SizeCpRequest) -> SizeCpResult:
     comm, hierarchy, comm_reason = comm_type_for(model, gpu, tp, cp, req.packed_sequences)
     findings = []
     if comm is not None:
-        findings += comm_type_findings(model, tp, cp, comm, hierarchy, req.packed_sequences)
+        findings += comm_type_findings(model, tp, cp, comm, hierarchy, req.packed_sequences, req.launcher)
     if not reaching and cp > 1:
         findings.append(
             finding(

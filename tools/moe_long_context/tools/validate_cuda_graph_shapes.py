@@ -15,12 +15,14 @@ from ..engine.config import (
     MAX_GPUS,
     MAX_SEQ_LEN,
     BatchArgs,
+    ContextParallelArgs,
     CudaGraphArgs,
     DataArgs,
     LauncherArgs,
     ModelArgs,
     MoEArgs,
     ParallelArgs,
+    PipelineSplitArgs,
     PrecisionArgs,
     RecomputeArgs,
     TrainingConfig,
@@ -28,7 +30,7 @@ from ..engine.config import (
 )
 from ..engine.context import build_context
 from ..engine.findings import Finding, has_errors
-from ..engine.rules import run
+from ..engine.rules import run_tool
 from ..engine.rules.graphs import normalize
 from ..errors import InputError
 
@@ -53,7 +55,9 @@ class ValidateCudaGraphsRequest(  # bases in reverse order of the fields
     MoEArgs,
     RecomputeArgs,
     CudaGraphArgs,
+    ContextParallelArgs,
     BatchArgs,
+    PipelineSplitArgs,
     ParallelArgs,
     GraphShapeArgs,
     ModelArgs,
@@ -92,7 +96,7 @@ def validate_cuda_graph_shapes(req: ValidateCudaGraphsRequest) -> ValidateCudaGr
         if data["num_gpus"] > MAX_GPUS:
             raise InputError("num_gpus", None, f"a world size: this layout needs {data['num_gpus']} GPUs")
     ctx = build_context(TrainingConfig(**data))
-    findings = run(ctx, GRAPH_FAMILIES)
+    findings = run_tool(ctx, GRAPH_FAMILIES)
     setting = normalize(ctx)
     c = ctx.cfg
     shapes: list[CapturedTensor] = []
@@ -126,7 +130,14 @@ def validate_cuda_graph_shapes(req: ValidateCudaGraphsRequest) -> ValidateCudaGr
             f"micro batch size fixed at {c.mbs}",
             "no variable-length batches (variable_seq_lengths off)",
         ]
-        if ctx.model.num_experts and not (
+        if setting.impl == "full_iteration":
+            # the whole step is one graph, experts included: nothing of the layer runs eagerly
+            requirements.append(
+                f"microbatches per step fixed at {micro} (global batch size and DP unchanged)"
+                if micro
+                else "microbatches per step fixed (global batch size and DP unchanged)"
+            )
+        elif ctx.model.num_experts and not (
             c.moe_capacity_factor is not None and c.moe_pad_expert_input_to_capacity
         ):
             requirements.append(

@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from functools import cache
 
 from ..context import Context
-from ..findings import Finding, sort_findings
+from ..findings import Finding, Severity, sort_findings
 from .table import _CHECKS, FAMILIES, Rule, check, finding, rule_table
 
-__all__ = ["FAMILIES", "Rule", "check", "finding", "rule_table", "run"]
+__all__ = ["FAMILIES", "Rule", "check", "finding", "rule_table", "run", "run_tool"]
 
 
 def run(ctx: Context, families: Iterable[str] = FAMILIES) -> list[Finding]:
@@ -27,6 +27,17 @@ def run(ctx: Context, families: Iterable[str] = FAMILIES) -> list[Finding]:
     return sort_findings(found)
 
 
+def run_tool(ctx: Context, families: Iterable[str]) -> list[Finding]:
+    """What a tool reports: every finding of its own families, and the errors of all the others.
+
+    One engine, one verdict: a configuration one tool calls invalid is invalid for every tool that receives
+    it, whatever families the tool words its advice from.
+    """
+    own = set(families)
+    found = run(ctx)
+    return [f for f in found if f.severity is Severity.error or rule_table()[f.code].family in own]
+
+
 @cache
 def _load_checks() -> None:
-    from . import batch, cp, graphs, layout, moe, optimizer, pipeline, precision, recompute  # noqa: F401
+    from . import batch, cp, graphs, launcher, layout, moe, optimizer, pipeline, precision, recompute  # noqa: F401

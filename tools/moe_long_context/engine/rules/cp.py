@@ -8,6 +8,7 @@ from math import prod
 from ...model.specs import GpuSpec, ModelSpec
 from ..context import Context
 from ..findings import Finding
+from ..launcher_defaults import unset_value
 from .table import check, finding
 
 
@@ -36,9 +37,28 @@ def comm_type_findings(
     comm: str | None,
     hierarchy: list[int] | None,
     packed: bool,
+    launcher: str = "bridge",
 ) -> list[Finding]:
-    """Errors Transformer Engine 2.14 / Megatron raise for this cp_comm_type on this model."""
+    """Errors Transformer Engine 2.14 / Megatron raise for this cp_comm_type on this model.
+
+    ``comm`` None is resolved as ``launcher`` resolves it for the model's family (launcher_defaults.yaml).
+    Checks that TE makes on the string as written (learned sinks, THD with a2a+p2p) read ``written``; the
+    ones it makes after degrading an a2a+p2p with a size-1 level (context_parallel.py:4036-4042) read
+    ``effective``.
+    """
     out: list[Finding] = []
+    written = comm if comm is not None else unset_value("cp_comm_type", launcher, model.family).value
+    if written == "a2a+p2p" and not hierarchy:  # LM and Bridge assert this whatever the CP size
+        out.append(
+            finding(
+                "CP_HIERARCHY_REQUIRED",
+                "cp_comm_type a2a+p2p without hierarchical_cp_sizes.",
+                f"Set hierarchical_cp_sizes=[a2a, p2p] with a2a x p2p = {cp}, a2a inside the NVLink domain"
+                + (", or drop cp_comm_type at CP = 1" if cp == 1 else "")
+                + ".",
+                ["hierarchical_cp_sizes", "cp_comm_type"],
+            )
+        )
     if cp == 1:
         if hierarchy and prod(hierarchy) != 1:
             out.append(
@@ -50,19 +70,10 @@ def comm_type_findings(
                 )
             )
         return out
-    effective = comm or "p2p"
+    effective = written
     keys = ["cp_comm_type"]
     if effective == "a2a+p2p":
-        if not hierarchy:
-            out.append(
-                finding(
-                    "CP_HIERARCHY_REQUIRED",
-                    "cp_comm_type a2a+p2p without hierarchical_cp_sizes.",
-                    f"Set hierarchical_cp_sizes=[a2a, p2p] with a2a x p2p = {cp}, a2a inside the NVLink domain.",
-                    ["hierarchical_cp_sizes", "cp_comm_type"],
-                )
-            )
-        elif prod(hierarchy) != cp or len(hierarchy) != 2:
+        if hierarchy and (prod(hierarchy) != cp or len(hierarchy) != 2):
             out.append(
                 finding(
                     "CP_HIERARCHY_PRODUCT",
@@ -99,25 +110,43 @@ def comm_type_findings(
             effective, a2a_size = "p2p", None
         elif hierarchy[1] == 1:
             effective = "a2a"
+    shown = (
+        effective if comm is not None else f"{effective} (what {launcher} uses when cp_comm_type is unset)"
+    )
     if a2a_size and a2a_size > 1:
         q, kv = q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)
         if q % a2a_size or kv % a2a_size:
             largest = max_a2a_size(model, tp)
+            if model.softmax_sinks or model.has_sliding_window:
+                # p2p is refused for sliding windows and sinks: the fix stays on a2a with a smaller CP or TP.
+                wider = max_a2a_size(model, 1)
+                fix = f"Keep cp_comm_type a2a with CP at most {largest} at TP={tp}" + (
+                    f", or lower TP (TP=1 allows a2a up to {wider})" if tp > 1 and wider > largest else ""
+                )
+                fix += (
+                    "; learned softmax sinks allow no other cp_comm_type."
+                    if model.softmax_sinks
+                    else "; or use cp_comm_type all_gather."
+                )
+            else:
+                fix = f"Use cp_comm_type p2p, or an a2a size dividing {kv} (at most {largest})."
             out.append(
                 finding(
                     "CP_A2A_HEADS",
                     f"a2a over {a2a_size} ranks needs the heads per TP rank divisible by {a2a_size}: "
                     f"TP={tp} leaves {q} query and {kv} KV heads per rank.",
-                    f"Use cp_comm_type p2p, or an a2a size dividing {kv} (at most {largest}).",
+                    fix,
                     [*keys, "cp", "tp"],
                 )
             )
-    if model.is_mla and effective not in ("p2p", "a2a+p2p"):
+    # MCore 0.19 pads V to the Q/K head dim for THD (multi_latent_attention.py:85-99), so TE's MLA restriction
+    # (k and v head dims differ) applies only to unpacked sequences.
+    if model.is_mla and not packed and effective not in ("p2p", "a2a+p2p"):
         out.append(
             finding(
                 "CP_MLA_COMM_TYPE",
-                f"{model.name} uses MLA (K and V head dims differ); TE 2.14 runs MLA with CP only over p2p or "
-                f"a2a+p2p, not {effective}.",
+                f"{model.name} uses MLA (K and V head dims differ); TE 2.14 runs MLA with CP on unpacked "
+                f"sequences only over p2p or a2a+p2p, not {shown}.",
                 "Use cp_comm_type p2p (or a2a+p2p with hierarchical_cp_sizes).",
                 keys,
             )
@@ -127,28 +156,36 @@ def comm_type_findings(
             finding(
                 "CP_SLIDING_WINDOW_COMM_TYPE",
                 f"{model.name} has sliding-window layers; TE 2.14 supports them with CP only over a2a or "
-                f"all_gather, not {effective}.",
-                "Use cp_comm_type a2a"
+                f"all_gather, not {shown}.",
+                "Set cp_comm_type a2a"
                 + (" (learned sinks allow nothing else)" if model.softmax_sinks else "")
                 + ".",
                 keys,
             )
         )
-    if model.softmax_sinks and effective != "a2a":
+    if model.softmax_sinks and written != "a2a":
+        # TE's backend filter reads the string as written: any a2a+p2p fails, [CP, 1] included.
         out.append(
             finding(
                 "CP_SINKS_COMM_TYPE",
                 f"{model.name} uses learned softmax sinks; TE 2.14 supports them with CP only over a2a, "
-                f"not {effective}.",
-                "Use cp_comm_type a2a (CP is then bounded by the KV heads per TP rank).",
+                f"not {written if comm is not None else shown}.",
+                "Set cp_comm_type a2a (CP is then bounded by the KV heads per TP rank).",
                 keys,
             )
         )
-    if packed and effective in ("all_gather", "a2a+p2p"):
+    if packed and (written == "a2a+p2p" or effective == "all_gather"):
+        # a2a+p2p asserts "not thd" before it degrades a size-1 level (context_parallel.py:4031-4042).
         out.append(
             finding(
                 "CP_THD_COMM_TYPE",
-                f"Packed (THD) sequences are not supported by {effective} CP in TE 2.14.",
+                f"Packed (THD) sequences are not supported by {written} CP in TE 2.14"
+                + (
+                    f" (even with hierarchical_cp_sizes={hierarchy})"
+                    if written == "a2a+p2p" and hierarchy
+                    else ""
+                )
+                + ".",
                 "Use cp_comm_type p2p or a2a with packed sequences.",
                 [*keys, "packed_sequences"],
             )
@@ -199,8 +236,17 @@ def sequence_divisibility(ctx: Context) -> Iterator[Finding]:
 def comm_type(ctx: Context) -> Iterator[Finding]:
     c = ctx.cfg
     yield from comm_type_findings(
-        ctx.model, c.tp, c.cp, c.cp_comm_type, c.hierarchical_cp_sizes, c.packed_sequences
+        ctx.model, c.tp, c.cp, c.cp_comm_type, c.hierarchical_cp_sizes, c.packed_sequences, c.launcher
     )
+    default = ctx.cp_comm_default
+    if c.cp > 1 and default is not None and default.caveat:
+        yield finding(
+            "CP_COMM_TYPE_ASSUMED",
+            f"cp_comm_type is unset; the engine takes {default.value}, as {c.launcher}'s recipes for "
+            f"{ctx.model.family} set it ({default.source}). {default.caveat}",
+            f"Set cp_comm_type={default.value} explicitly.",
+            ["cp_comm_type"],
+        )
     if c.cp > 1 and c.packed_sequences:
         yield finding(
             "CP_PACKED_DOCUMENTS",
@@ -233,7 +279,7 @@ def shard_size(ctx: Context) -> Iterator[Finding]:
             "Check memory with estimate_memory; size_cp gives the CP for the target.",
             ["cp"],
         )
-    if ctx.gpu is not None and c.cp * c.tp > ctx.gpu.nvlink_domain and (c.cp_comm_type or "p2p") == "a2a":
+    if ctx.gpu is not None and c.cp * c.tp > ctx.gpu.nvlink_domain and ctx.cp_comm_type == "a2a":
         yield finding(
             "CP_OUTSIDE_NVLINK",
             f"TP x CP = {c.tp * c.cp} spans more than one {ctx.gpu.nvlink_domain}-GPU NVLink domain with a2a: "

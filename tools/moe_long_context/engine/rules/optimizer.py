@@ -20,6 +20,16 @@ def offload(ctx: Context) -> Iterator[Finding]:
             ["use_precision_aware_optimizer", "use_distributed_optimizer"],
         )
     if c.optimizer_cpu_offload_fraction <= 0:
+        if c.optimizer_cpu_offload:
+            yield finding(
+                "OFFLOAD_FRACTION_ZERO",
+                "optimizer_cpu_offload without an offload fraction: Megatron Core's OptimizerConfig default "
+                "fraction is 0.0, so nothing is offloaded (Megatron-LM's --optimizer-offload-fraction defaults "
+                "to 1.0; Bridge takes Megatron Core's 0.0). The memory estimate counts no offload.",
+                "Set optimizer.optimizer_offload_fraction (1.0 offloads all optimizer state), or drop "
+                "optimizer.optimizer_cpu_offload.",
+                ["optimizer_cpu_offload", "optimizer_cpu_offload_fraction"],
+            )
         return
     if not c.use_precision_aware_optimizer:
         code = (

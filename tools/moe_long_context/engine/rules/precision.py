@@ -4,20 +4,43 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...model.specs import GpuSpec
 from ..config import precision_is_fp8, precision_is_quantized
 from ..context import Context
 from ..findings import Finding
 from .table import check, finding
 
-# Row-count multiples TE 2.14 needs on GEMM inputs: 8 for any FP8/FP4 execution (assert_dim_for_fp8_exec),
-# then the recipe's block: MXFP8 32, NVFP4 16, FP8 blockwise 128.
+# Row-count multiples TE 2.14 needs on the local (pre-all-gather) GEMM input: 8 for any FP8/FP4 execution
+# (pytorch/utils.py:479-489 assert_dim_for_fp8_exec, called at module/linear.py:175-176), then the recipe's
+# quantizer block: MXFP8 32 (csrc/quantizer.cpp:1349-1351), NVFP4 16 (quantizer.cpp:1742-1746). FP8 blockwise
+# has no block constraint on rows (float8_blockwise_tensor.py:195-204 is_quantizable only picks a BF16
+# all-gather; TE quantization.py:119-125 and MCore fp8_utils.py:318-323 align it to 16, below).
 ROW_MULTIPLE = {
     "fp8-delayed": 8,
     "fp8-tensorwise": 8,
-    "fp8-blockwise": 128,
+    "fp8-blockwise": 8,
     "mxfp8": 32,
     "nvfp4": 16,
 }
+
+# The weight-gradient GEMM (general_gemm(x, dy, layout="NT"), module/linear.py:849-883) has the token count of
+# the gathered input (MBS x seq / CP) as its inner dimension k. cuBLASLt needs k % 16 == 0 for block scaling on
+# every GPU (common/gemm/cublaslt_gemm.cu:209-210, :292-295) and for FP8 tensor scaling on GPUs that run FP8
+# GEMMs only as TN (cublaslt_gemm.cu:135-162; transformer_engine.cpp:1099-1112: non-TN only on sm 10.x-11.x
+# and >= 13.0), where the transposed copy is used with lda = k.
+GATHERED_ROW_MULTIPLE = 16
+
+
+def gathered_multiple(precision: str, gpu: GpuSpec | None) -> int | None:
+    """16 when the wgrad GEMM needs MBS x seq / CP divisible by 16, else None (or unknown without a GPU)."""
+    if precision == "fp8-blockwise":
+        return GATHERED_ROW_MULTIPLE
+    if precision in ("fp8-delayed", "fp8-tensorwise") and gpu is not None:
+        major = gpu.compute_capability[0]
+        tn_only = major < 10 or major == 12
+        return GATHERED_ROW_MULTIPLE if tn_only else None
+    return None
+
 
 RECIPE_SUPPORT = {
     "fp8-delayed": "compute capability 8.9 or newer",
@@ -69,6 +92,22 @@ def gemm_shapes(ctx: Context) -> Iterator[Finding]:
             f"not a multiple of {multiple}.",
             f"Choose seq_len, CP, TP and MBS so that the rows per rank are a multiple of {multiple}.",
             ["seq_len", "mbs", "cp", "tp", "precision"],
+        )
+        return
+    gathered = gathered_multiple(c.precision, ctx.gpu)
+    total = c.mbs * (c.seq_len // c.cp)
+    if gathered and total % gathered:
+        where = (
+            "with block scaling"
+            if c.precision == "fp8-blockwise"
+            else f"on {ctx.gpu.name} (TN-only FP8 GEMMs)"
+        )
+        yield finding(
+            "PRECISION_SHAPE",
+            f"{c.precision} weight-gradient GEMMs {where} have MBS x seq/CP = {total} tokens as their inner "
+            f"dimension, not a multiple of {gathered}.",
+            f"Choose seq_len, CP and MBS so that MBS x seq/CP is a multiple of {gathered}.",
+            ["seq_len", "mbs", "cp", "precision"],
         )
 
 

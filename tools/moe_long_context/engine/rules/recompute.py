@@ -194,9 +194,19 @@ def ep_overlap_and_offload(ctx: Context) -> Iterator[Finding]:
             "Keep fused_group_mlp alone (it also needs use_transformer_engine_op_fuser), or drop it.",
             ["activation_offload"],
         )
-    yield finding(
-        "OFFLOAD_ENV",
-        "Fine-grained activation offload: Megatron-LM on TE >= 2.10 asserts NVTE_CPU_OFFLOAD_V1=1.",
-        "Export NVTE_CPU_OFFLOAD_V1=1 in the launch environment.",
-        ["activation_offload"],
-    )
+    if ctx.cfg.nvte_cpu_offload_v1 is False:
+        yield finding(
+            "OFFLOAD_ENV_MISSING",
+            "Fine-grained activation offload without NVTE_CPU_OFFLOAD_V1=1 in the launch's environment: with "
+            "TE >= 2.10 Megatron-LM and Megatron Bridge refuse it (only the exact value 1 passes).",
+            "Add 'export NVTE_CPU_OFFLOAD_V1=1' to the launch script.",
+            ["activation_offload", "nvte_cpu_offload_v1"],
+        )
+    elif ctx.cfg.nvte_cpu_offload_v1 is None:
+        yield finding(
+            "OFFLOAD_ENV",
+            "Fine-grained activation offload: with TE >= 2.10 Megatron-LM and Megatron Bridge need "
+            "NVTE_CPU_OFFLOAD_V1=1 in the environment.",
+            "Export NVTE_CPU_OFFLOAD_V1=1 in the launch environment.",
+            ["activation_offload"],
+        )
