@@ -158,7 +158,11 @@ def spec_from_yaml(path: str, field: str = "model") -> ModelSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"{field}.{name}", err.get("input"), err["msg"]) from exc
+        if not name:  # a check across fields: name the field its message starts with
+            first = err["msg"].removeprefix("Value error, ").split(" ")[0]
+            name = first if first in ModelSpec.model_fields else ""
+        value = values.get(name) if name else path
+        raise InputError(f"{field}.{name}" if name else field, value, err["msg"]) from exc
 
 
 def load_gpu(gpu: str | GpuSpec, field: str = "gpu") -> GpuSpec:

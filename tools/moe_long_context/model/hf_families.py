@@ -227,8 +227,8 @@ def convert_table_family(r: Reader, model_type: str) -> None:
         value, why = keys.get(key)
         if field in _BOOL_FIELDS:
             value = bool(value)
-        elif field in _OPTIONAL_FIELDS and not value:
-            continue  # e.g. q_lora_rank null: no query compression; n_group 1: no group-limited routing
+        elif field in _OPTIONAL_FIELDS and (not value or (field.startswith("moe_router_") and value == 1)):
+            continue  # q_lora_rank null: no query compression; n_group 1: no group-limited routing
         elif field not in _TEXT_FIELDS:
             value = keys.int(key, low=0 if field == "mtp_num_layers" else 1)
         r.set(field, value, why)
