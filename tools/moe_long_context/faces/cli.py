@@ -206,6 +206,16 @@ def _docs(ns: argparse.Namespace) -> int:
             print(f"wrote {path}")
         elif not path.exists() or path.read_text() != text:
             stale.append(str(path))
+    skill = Path(folder).resolve().parent / "SKILL.md"
+    if skill.exists():  # the skill's generated model block, next to its references/
+        from .families_doc import with_skill_block
+
+        text = skill.read_text()
+        if ns.write and with_skill_block(text) != text:
+            skill.write_text(with_skill_block(text))
+            print(f"wrote {skill}")
+        elif not ns.write and with_skill_block(text) != text:
+            stale.append(str(skill))
     if stale:
         print("stale: " + ", ".join(stale) + " (run moe-lc docs --write " + folder + ")", file=sys.stderr)
         return 1

@@ -20,6 +20,17 @@ from ..errors import InputError
 from .hf_families import convert_table_family, family_table, language_config
 from .specs import ModelSpec
 
+# The families converted by the functions below (the others are in hf_families.yaml): the models each covers,
+# its attention kinds and the Megatron Bridge 0.6.2 file that maps it (none: Bridge has no bridge for it).
+CONVERTER_TITLES = {
+    "deepseek_v3": ("DeepSeek-V3, Kimi-K2, Moonlight", "MLA",
+                    "megatron/bridge/models/deepseek/deepseek_v3_bridge.py, megatron/bridge/models/kimi/kimi_bridge.py"),
+    "qwen3_moe": ("Qwen3 MoE (30B-A3B, 235B-A22B)", "GQA", "megatron/bridge/models/qwen/qwen3_moe_bridge.py"),
+    "qwen3_next": ("Qwen3-Next-80B-A3B", "GQA + Gated DeltaNet", "megatron/bridge/models/qwen/qwen3_next_bridge.py"),
+    "gpt_oss": ("gpt-oss-20b, gpt-oss-120b", "GQA + sliding window", "megatron/bridge/models/gpt_oss/gpt_oss_bridge.py"),
+    "mixtral": ("Mixtral-8x7B, Mixtral-8x22B", "GQA", "none"),
+}  # fmt: skip
+
 FAMILY_BY_MODEL_TYPE = {
     "deepseek_v3": "deepseek_v3",
     "kimi_k2": "deepseek_v3",
