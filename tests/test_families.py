@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
 from moe_long_context.errors import InputError
+from moe_long_context.faces.cli import main
+from moe_long_context.memory.activations import layer_inventory, shard_of
 from moe_long_context.model.catalog import load_model
 from moe_long_context.model.hf import spec_from_hf_config, supported_model_types
 from moe_long_context.model.params import layer_params, model_params
@@ -186,8 +190,6 @@ def test_yaml_spec_is_a_model_argument(tmp_path):
 
 
 def test_models_command_shows_counts_for_a_config_json(capsys):
-    from moe_long_context.faces.cli import main
-
     assert main(["models", str(DATA / "hf" / "glm-4.6.json")]) == 0
     out = capsys.readouterr().out
     total = model_params(load_model(str(DATA / "hf" / "glm-4.6.json"))).total
@@ -209,3 +211,12 @@ def test_the_public_glm45_slime_launch_lints_without_a_refusal():
                        "--max-tokens-per-gpu"}  # fmt: skip
     errors = {f.code for f in result.findings if f.severity.value == "error"}
     assert errors == {"LM_UNKNOWN_FLAG", "PRECISION_AWARE_NEEDS_DISTOPT"}
+
+
+def test_full_width_qk_norm_keeps_one_statistic_per_token():
+    """OLMoE's Q/K norms span every head: the saved pre-norm Q and K carry 2 statistics per token, not one per
+    head; the BF16 copies are the same size as with per-head norms."""
+    ctx = build_context(TrainingConfig(model="olmoe-1b-7b", gpu="h100", num_gpus=8, seq_len=32768, ep=8))
+    saved = {s.name: s.bytes for s in layer_inventory(ctx, shard_of(ctx), 0)}
+    tokens, heads, d = 32768, 16, 128
+    assert saved["Q and K before their full-width norms"] == (2 * d * 2 * heads + 2 * 4) * tokens
