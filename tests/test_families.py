@@ -38,7 +38,7 @@ PUBLISHED = [
         2.4e9,
         True,
         0.06,
-    ),  # 2.28B without the tables; 2.45B with the input embedding
+    ),  # 2.28B without the tables; 2.49B with the input embedding
     ("qwen3.5-35b-a3b", 35e9, 3e9, False, 0.5e9 / 3e9),  # language model only (the hub adds a vision tower)
     ("qwen3.5-397b-a17b", 397e9, 17e9, False, 0.5e9 / 17e9),
     ("minimax-m2", 230e9, 10e9, True, 0.5e9 / 10e9),
@@ -220,3 +220,20 @@ def test_full_width_qk_norm_keeps_one_statistic_per_token():
     saved = {s.name: s.bytes for s in layer_inventory(ctx, shard_of(ctx), 0)}
     tokens, heads, d = 32768, 16, 128
     assert saved["Q and K before their full-width norms"] == (2 * d * 2 * heads + 2 * 4) * tokens
+
+
+def test_qk_norm_and_qkv_bias_change_nothing_for_cp(tmp_path):
+    """Partial rotary (not a spec field: it changes no count), QK norm and QKV bias leave size_cp's answer alone."""
+    glm = load_model("glm-4.5")
+    base = {
+        k: v for k, v in glm.model_dump().items() if k not in ("id", "name", "family", "sources", "aliases")
+    }
+    answers = []
+    for extra in ({}, {"qk_layernorm": False, "add_qkv_bias": False}):
+        path = tmp_path / f"glm-{len(answers)}.yaml"
+        path.write_text(
+            json.dumps({**base, **extra, "attention_layer_types": list(glm.attention_layer_types)})
+        )
+        result = size_cp(SizeCpRequest(model=str(path), gpu="h100", seq_len=131072))
+        answers.append((result.cp, result.cp_comm_type, result.hierarchical_cp_sizes))
+    assert answers[0] == answers[1]
