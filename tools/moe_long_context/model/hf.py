@@ -303,7 +303,7 @@ def spec_from_hf_config(
         raise refuse_model_type(model_type)
     if hf_repo:
         origin = f"https://huggingface.co/{hf_repo}/blob/main/config.json"
-    if family in family_table() and isinstance(cfg.get("text_config"), Mapping):
+    if family_table().get(family, {}).get("text_config") and isinstance(cfg.get("text_config"), Mapping):
         cfg = dict(language_config(cfg))
         origin = f"{origin} text_config"
     _check_arithmetic_keys(cfg)
