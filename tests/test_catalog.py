@@ -21,6 +21,21 @@ EXPECTED_IDS = {
     "gpt-oss-20b",
     "mixtral-8x22b",
     "moonlight-16b-a3b",
+    # issue 15: families built from layer kinds the engine already knows (tests/test_families.py)
+    "deepseek-v2",
+    "deepseek-v2-lite",
+    "ernie-4.5-21b-a3b",
+    "glm-4.5",
+    "glm-4.5-air",
+    "glm-4.7",
+    "glm-4.7-flash",
+    "ling-flash-2.0",
+    "minimax-m2",
+    "mixtral-8x7b",
+    "olmoe-1b-7b",
+    "qwen1.5-moe-a2.7b",
+    "qwen3.5-35b-a3b",
+    "qwen3.5-397b-a17b",
 }
 
 
@@ -98,7 +113,7 @@ def test_model_layer_patterns():
 
 def test_every_field_has_a_source():
     for spec in models():
-        assert spec.sources["num_layers"].endswith("num_hidden_layers")
+        assert spec.sources["num_layers"].split(" [unconfirmed")[0].endswith("num_hidden_layers")
         assert "huggingface.co" in spec.sources["num_layers"]
         assert spec.sources.get("published")
     for gpu in gpus():

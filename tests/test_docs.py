@@ -36,3 +36,16 @@ def test_docs_check_command(tmp_path, capsys):
     (tmp_path / "rules.md").write_text("old\n")
     assert main(["docs", "--check", str(tmp_path)]) == 1
     assert "stale" in capsys.readouterr().err
+
+
+def test_skill_model_block_is_current():
+    """SKILL.md's model paragraph lists the families the loader supports, generated from its tables."""
+    from moe_long_context.faces.families_doc import with_skill_block
+    from moe_long_context.model.hf import supported_model_types
+
+    skill = (REFERENCES.parent / "SKILL.md").read_text()
+    assert with_skill_block(skill) == skill, (
+        "SKILL.md's model block is stale: run moe-lc docs --write references/"
+    )
+    families = (REFERENCES / "families.md").read_text()
+    assert all(f"`{t}`" in skill and f"| `{t}` |" in families for t in supported_model_types())

@@ -6,8 +6,9 @@ import pytest
 
 from moe_long_context.engine.config import RECOMPUTE_MODULES
 from moe_long_context.engine.findings import Severity
-from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.engine.representative import recipe_layouts, representative_layouts
 from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
+from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
 from moe_long_context.tools.validate_cuda_graph_shapes import (
     ValidateCudaGraphsRequest,
     validate_cuda_graph_shapes,
@@ -16,6 +17,8 @@ from seed_layouts import DSV3_128K, DSV3_256K, DSV3_SPLIT, QWEN_128K, QWEN_SPLIT
 
 CASES = [(lay, config) for lay in representative_layouts() for config in lay.configs()]
 IDS = [f"{lay.id}-{i}" for lay in representative_layouts() for i, _ in enumerate(lay.configs())]
+RECIPES = [(lay, config) for lay in recipe_layouts() for config in lay.configs()]
+RECIPE_IDS = [f"{lay.id}-{i}" for lay in recipe_layouts() for i, _ in enumerate(lay.configs())]
 
 
 def request(model, config):
@@ -60,3 +63,40 @@ def test_layout_passes_check_dp_budget_with_the_stated_dp_and_edp(layout, config
 def test_layout_recompute_and_cuda_graphs_are_legal(layout, config):
     assert set(config.get("recompute_modules", ())) <= set(RECOMPUTE_MODULES)
     assert errors(validate_cuda_graph_shapes(request(ValidateCudaGraphsRequest, config))) == []
+
+
+def test_the_bridge_recipe_layouts():
+    """Bridge 0.6.2's recipes for the issue-15 families, each named by its recipe function."""
+    assert {lay.config["model"] for lay in recipe_layouts()} == {
+        "glm-4.5", "glm-4.5-air", "deepseek-v2", "deepseek-v2-lite", "olmoe-1b-7b", "qwen3.5-35b-a3b",
+    }  # fmt: skip
+    for lay in recipe_layouts():
+        assert (
+            lay.source.startswith("megatron-bridge 0.6.2 megatron/bridge/recipes/")
+            and "_config" in lay.source
+        )
+
+
+def codes(result):
+    return sorted({f.code for f in result.findings if f.severity is Severity.error})
+
+
+@pytest.mark.parametrize(("layout", "config"), RECIPES, ids=RECIPE_IDS)
+def test_recipe_layout_gives_its_dp_and_edp_and_exactly_the_stated_errors(layout, config):
+    result = check_dp_budget(request(CheckDpBudgetRequest, config))
+    assert codes(result) == sorted(layout.expect.errors)
+    assert (result.dp, result.edp) == (layout.expect.dp, layout.expect.edp)
+    assert result.num_microbatches >= config["pp"]
+    assert f"{config['num_gpus']} {config['gpu'].upper()}" in layout.title
+    if layout.expect.errors:  # a recipe that does not build says why in its notes
+        assert any("Megatron Core" in note for note in layout.chosen)
+
+
+@pytest.mark.parametrize(("layout", "config"), RECIPES, ids=RECIPE_IDS)
+def test_recipe_layout_recompute_cuda_graphs_and_memory(layout, config):
+    assert set(config.get("recompute_modules", ())) <= set(RECOMPUTE_MODULES)
+    graphs = codes(validate_cuda_graph_shapes(request(ValidateCudaGraphsRequest, config)))
+    assert set(graphs) <= set(layout.expect.errors)
+    if not layout.expect.errors:
+        memory = estimate_memory(request(EstimateMemoryRequest, config))
+        assert memory.valid and memory.fits, (layout.id, memory.peak_gib)

@@ -32,10 +32,15 @@ from moe_long_context.engine.rules.graphs import CUDA_GRAPH_MODULES
 from moe_long_context.engine.rules.recompute import INFORMAL_LABELS
 from moe_long_context.faces.registry import TOOLS
 from moe_long_context.model.catalog import gpu_ids, load_gpu, load_model, model_ids
+from moe_long_context.model.hf import supported_model_types
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL_NAME = "nemo-mbridge-perf-moe-long-context"
-GENERATED = {"rules.md", "tools.md"}  # generated from the engine; tests/test_docs.py keeps them current
+GENERATED = {
+    "rules.md",
+    "tools.md",
+    "families.md",
+}  # generated from the engine; tests/test_docs.py keeps them current
 TOPIC_PAGES = sorted(p for p in (ROOT / "references").glob("*.md") if p.name not in GENERATED)
 TOOL = {tool.name: tool for tool in TOOLS}
 LAYOUTS = {layout.id: layout for layout in representative_layouts()}
@@ -422,6 +427,7 @@ def vocabulary() -> set[str]:
     words |= {preset["bridge"] for preset in dialects.dialect_table()["precision"].values()}
     words |= {key.split(".", 1)[1] for key in bridge_keys() if "." in key}
     words |= {"moe-lc", "moe-lc://layouts"} | {severity.value for severity in Severity}
+    words |= {"model_type", *supported_model_types()}  # the config.json families SKILL.md lists
     words |= _cli_options(build_parser())
     return words
 

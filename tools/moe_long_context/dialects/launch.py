@@ -130,6 +130,9 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             "--multi-latent-attention",
             "--group-query-attention",
             "--untie-embeddings-and-output-weights",
+            "--qk-layernorm",
+            "--add-qkv-bias",
+            "--moe-shared-expert-gate",
         ):
             u.architecture[flag] = True
             continue

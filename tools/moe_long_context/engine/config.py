@@ -61,9 +61,9 @@ class _Args(BaseModel):
 
 class ModelArgs(_Args):
     model: str | dict[str, Any] = Field(
-        description="Catalog model id (deepseek-v3, kimi-k2, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-next-80b-a3b, "
-        "gpt-oss-120b, gpt-oss-20b, mixtral-8x22b, moonlight-16b-a3b; aliases like dsv3 work) or an inline "
-        "Hugging Face config.json object of the DeepSeek-V3, Qwen3-MoE, Qwen3-Next, GPT-OSS or Mixtral family."
+        description="Catalog model id (deepseek-v3, glm-4.5, qwen3.5-397b-a17b, ...; `moe-lc models` lists them and "
+        "aliases like dsv3 work), an inline Hugging Face config.json object or a config.json path of a supported "
+        "family (references/families.md lists them), or a path to a YAML file of ModelSpec fields."
     )
     mtp_num_layers: int | None = Field(
         default=None,

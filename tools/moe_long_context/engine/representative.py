@@ -21,6 +21,11 @@ class ExpectedParallelism(BaseModel):
 
     dp: int = Field(ge=1, description="Data-parallel size the layout gives.")
     edp: int = Field(ge=1, description="Expert data-parallel size the layout gives.")
+    errors: list[str] = Field(
+        default_factory=list,
+        description="Error codes the engine raises for the layout as its source ships it (a recipe that does "
+        "not build); empty for the representative layouts.",
+    )
 
 
 class RepresentativeLayout(BaseModel):
@@ -48,6 +53,17 @@ class RepresentativeLayout(BaseModel):
 
 
 @cache
+def _layouts_file() -> dict[str, Any]:
+    return yaml.safe_load(resources.files(__package__).joinpath("layouts.yaml").read_text())
+
+
+@cache
 def representative_layouts() -> tuple[RepresentativeLayout, ...]:
-    text = resources.files(__package__).joinpath("layouts.yaml").read_text()
-    return tuple(RepresentativeLayout(**entry) for entry in yaml.safe_load(text)["layouts"])
+    """The published long-context layouts (the seeds)."""
+    return tuple(RepresentativeLayout(**entry) for entry in _layouts_file()["layouts"])
+
+
+@cache
+def recipe_layouts() -> tuple[RepresentativeLayout, ...]:
+    """The layouts Megatron Bridge 0.6.2's recipes ship for the other catalog families, as shipped."""
+    return tuple(RepresentativeLayout(**entry) for entry in _layouts_file().get("recipes", []))

@@ -111,15 +111,24 @@ def _run_tool(tool: Tool, ns: argparse.Namespace) -> int:
     return 1 if getattr(result, "valid", True) is False else 0
 
 
+def _parameter_counts(spec, p) -> dict[str, int]:
+    """The computed counts of one model (model/params.py): what ``models ID`` and ``models FILE`` print."""
+    return {"total": p.total, "active": p.active, "embedding": p.embedding, "routed experts": p.experts,
+            "mtp (not in total)": p.mtp}  # fmt: skip
+
+
 def _models(ns: argparse.Namespace) -> int:
+    from ..model.params import model_params
+
     if ns.id:
         spec = load_model(ns.id)
+        counts = _parameter_counts(spec, model_params(spec))
         if ns.json:
-            print(json.dumps(spec.model_dump(mode="json"), indent=2))
+            print(json.dumps({**spec.model_dump(mode="json"), "parameters": counts}, indent=2))
         else:
             print(render_result(spec.name, spec))
+            print(render_table([{k: f"{v / 1e9:.2f}B" for k, v in counts.items()}]))
         return 0
-    from ..model.params import model_params
 
     rows = []
     for spec in models():
@@ -197,6 +206,16 @@ def _docs(ns: argparse.Namespace) -> int:
             print(f"wrote {path}")
         elif not path.exists() or path.read_text() != text:
             stale.append(str(path))
+    skill = Path(folder).resolve().parent / "SKILL.md"
+    if skill.exists():  # the skill's generated model block, next to its references/
+        from .families_doc import with_skill_block
+
+        text = skill.read_text()
+        if ns.write and with_skill_block(text) != text:
+            skill.write_text(with_skill_block(text))
+            print(f"wrote {skill}")
+        elif not ns.write and with_skill_block(text) != text:
+            stale.append(str(skill))
     if stale:
         print("stale: " + ", ".join(stale) + " (run moe-lc docs --write " + folder + ")", file=sys.stderr)
         return 1
@@ -249,7 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--report", metavar="FILE", help="Also write a self-contained HTML report to FILE."
             )
-    p = sub.add_parser("models", help="List catalog models, or show one (moe-lc models deepseek-v3).")
+    p = sub.add_parser(
+        "models",
+        help="List catalog models, or show one with its parameter counts (moe-lc models deepseek-v3, or a "
+        "config.json or YAML spec path).",
+    )
     p.add_argument("id", nargs="?", help="A catalog id or alias, or a config.json path.")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("gpus", help="List catalog GPUs.")

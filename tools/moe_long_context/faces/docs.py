@@ -1,4 +1,5 @@
-"""Generated reference pages: the rule table (references/rules.md) and the tools (references/tools.md).
+"""Generated reference pages: the rule table (references/rules.md), the tools (references/tools.md) and the
+model families (references/families.md, from faces/families_doc.py).
 
 Both are produced from the engine itself - the rule table and the tool registry - so the documentation
 cannot drift from the checks; a test compares the committed files with what this module generates.
@@ -165,4 +166,10 @@ def tools_markdown() -> str:
     return "\n".join(out)
 
 
-PAGES = {"rules.md": rules_markdown, "tools.md": tools_markdown}
+def _families_markdown() -> str:
+    from .families_doc import families_markdown
+
+    return families_markdown()
+
+
+PAGES = {"rules.md": rules_markdown, "tools.md": tools_markdown, "families.md": _families_markdown}

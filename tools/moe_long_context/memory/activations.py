@@ -125,7 +125,11 @@ def attention_inventory(ctx: Context, sh: Shard, layer_type: str) -> list[Saved]
             )
         )
         qkv = BF16 * (n_r + 2 * g_r) * d * tok
-        if m.qk_layernorm:
+        if m.qk_layernorm and m.qk_layernorm_full_dim:  # one norm over all heads: one statistic per token
+            out.append(
+                Saved("Q and K before their full-width norms", (BF16 * d * (n_r + g_r) + 2 * stats) * tok)
+            )
+        elif m.qk_layernorm:
             out.append(Saved("Q and K before their norms", (BF16 * d + stats) * (n_r + g_r) * tok))
         out.append(Saved("Q, K, V (core-attention inputs)", qkv, offload=frozenset({"core_attn"})))
         if m.attention_output_gate:

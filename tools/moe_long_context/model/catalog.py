@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from ..errors import InputError, unknown_id
 from .hf import spec_from_hf_config
@@ -31,22 +33,40 @@ def _model_presets() -> dict[str, ModelSpec]:
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".yaml"):
             continue
-        data = yaml.safe_load(entry.read_text())
-        published = data.get("published", {})
-        spec = spec_from_hf_config(
-            data["config_json"],
-            model_id=data["id"],
-            name=data["name"],
-            hf_repo=data["hf_repo"],
-            extra={
-                "aliases": tuple(data.get("aliases", ())),
-                "published_total_params": published.get("total_params"),
-                "published_active_params": published.get("active_params"),
-                "sources": {"published": published["source"]} if published.get("source") else {},
-            },
-        )
+        spec = _preset_spec(yaml.safe_load(entry.read_text()))
         presets[spec.id] = spec
     return presets
+
+
+def _preset_spec(data: Mapping[str, Any]) -> ModelSpec:
+    """A preset's ModelSpec. ``config_source`` says where its config.json values were read when that is not the
+    hub itself, and ``unconfirmed`` (config key -> why, or ``*`` for every key) marks the values not confirmed."""
+    published = data.get("published", {})
+    sources = {"published": published["source"]} if published.get("source") else {}
+    if data.get("config_source"):
+        sources["config_json"] = data["config_source"]
+    spec = spec_from_hf_config(
+        data["config_json"],
+        model_id=data["id"],
+        name=data["name"],
+        hf_repo=data["hf_repo"],
+        extra={
+            "aliases": tuple(data.get("aliases", ())),
+            "published_total_params": published.get("total_params"),
+            "published_active_params": published.get("active_params"),
+            "sources": sources,
+        },
+    )
+    unconfirmed = data.get("unconfirmed") or {}
+    if not unconfirmed:
+        return spec
+    marked = dict(spec.sources)
+    for field, source in spec.sources.items():
+        key = source.rsplit(": ", 1)[-1]
+        why = unconfirmed.get(key, unconfirmed.get("*"))
+        if why and source.startswith("https://"):
+            marked[field] = f"{source} [unconfirmed: {why}]"
+    return spec.model_copy(update={"sources": marked})
 
 
 @cache
@@ -91,20 +111,58 @@ def gpu_ids() -> list[str]:
 
 
 def load_model(model: str | Mapping[str, Any] | ModelSpec, field: str = "model") -> ModelSpec:
-    """A ModelSpec from a catalog id or alias, an inline config.json object, or a config.json path."""
+    """A ModelSpec from a catalog id or alias, an inline config.json object, a config.json path, or a YAML
+    model spec path (``spec_from_yaml``)."""
     if isinstance(model, ModelSpec):
         return model
     if isinstance(model, Mapping):
         return spec_from_hf_config(model)
     if not isinstance(model, str) or not model.strip():
-        raise InputError(field, model, "a catalog model id or a Hugging Face config.json object")
+        raise InputError(
+            field,
+            model,
+            "a catalog model id, a Hugging Face config.json (object or path) or a YAML spec path",
+        )
     key = model.strip().lower()
     index = _alias_index()
     if key in index:
         return _model_presets()[index[key]]
     if key.endswith(".json"):
         return spec_from_hf_config(model)
+    if key.endswith((".yaml", ".yml")):
+        return spec_from_yaml(model.strip(), field)
     raise unknown_id(field, model, model_ids(), index)
+
+
+def spec_from_yaml(path: str, field: str = "model") -> ModelSpec:
+    """A ModelSpec from a YAML file: either a catalog preset (with ``config_json``) or ModelSpec fields written
+    directly (``family`` defaults to custom, ``attention_layer_types`` to full attention on every layer)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(field, path, "a readable YAML model spec") from exc
+    except yaml.YAMLError as exc:
+        raise InputError(field, path, f"valid YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(data, dict):
+        raise InputError(field, path, "a YAML mapping of ModelSpec fields")
+    if "config_json" in data:
+        return _preset_spec(data)
+    values = {"id": Path(path).stem, "name": Path(path).stem, "family": "custom", **data}
+    values.setdefault("sources", {key: f"{path}: {key}" for key in data})
+    layers = values.get("num_layers")
+    if "attention_layer_types" not in values and isinstance(layers, int) and 0 < layers <= 10_000:
+        values["attention_layer_types"] = ("full",) * layers
+        values["sources"]["attention_layer_types"] = "every layer full attention (no attention_layer_types)"
+    try:
+        return ModelSpec(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"])
+        if not name:  # a check across fields: name the field its message starts with
+            first = err["msg"].removeprefix("Value error, ").split(" ")[0]
+            name = first if first in ModelSpec.model_fields else ""
+        value = values.get(name) if name else path
+        raise InputError(f"{field}.{name}" if name else field, value, err["msg"]) from exc
 
 
 def load_gpu(gpu: str | GpuSpec, field: str = "gpu") -> GpuSpec:

@@ -1,8 +1,10 @@
 """Convert a Hugging Face ``config.json`` into a ModelSpec.
 
 Supported families (by ``model_type``): DeepSeek-V3 (also Kimi-K2 and Moonlight), Qwen3-MoE,
-Qwen3-Next, GPT-OSS and Mixtral. Other families are refused with a message that says so, rather than
-guessed at. Every field of the result records the config.json key it came from in ``sources``.
+Qwen3-Next, GPT-OSS and Mixtral by the converters below, and the families of ``hf_families.yaml`` (GLM-4.5,
+DeepSeek-V2, Qwen3.5, MiniMax-M2, OLMoE, ERNIE-4.5, Ling 2.0 and others) by its table-driven reader. Other
+families are refused with a message that names the ways that always work, rather than guessed at. Every
+field of the result records the config.json key it came from in ``sources``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InputError
+from .hf_families import convert_table_family, family_table, language_config
 from .specs import ModelSpec
+
+# The families converted by the functions below (the others are in hf_families.yaml): the models each covers,
+# its attention kinds and the Megatron Bridge 0.6.2 file that maps it (none: Bridge has no bridge for it).
+CONVERTER_TITLES = {
+    "deepseek_v3": ("DeepSeek-V3, Kimi-K2, Moonlight", "MLA",
+                    "megatron/bridge/models/deepseek/deepseek_v3_bridge.py, megatron/bridge/models/kimi/kimi_bridge.py"),
+    "qwen3_moe": ("Qwen3 MoE (30B-A3B, 235B-A22B)", "GQA", "megatron/bridge/models/qwen/qwen3_moe_bridge.py"),
+    "qwen3_next": ("Qwen3-Next-80B-A3B", "GQA + Gated DeltaNet", "megatron/bridge/models/qwen/qwen3_next_bridge.py"),
+    "gpt_oss": ("gpt-oss-20b, gpt-oss-120b", "GQA + sliding window", "megatron/bridge/models/gpt_oss/gpt_oss_bridge.py"),
+    "mixtral": ("Mixtral-8x7B, Mixtral-8x22B", "GQA", "none"),
+}  # fmt: skip
 
 FAMILY_BY_MODEL_TYPE = {
     "deepseek_v3": "deepseek_v3",
@@ -231,6 +245,32 @@ CONVERTERS: dict[str, Callable[[_Reader], None]] = {
 }
 
 
+def supported_model_types() -> list[str]:
+    """Every config.json ``model_type`` the loader converts."""
+    return sorted({*FAMILY_BY_MODEL_TYPE, *family_table()})
+
+
+def _family_of(model_type: str) -> str | None:
+    if model_type in FAMILY_BY_MODEL_TYPE:
+        return FAMILY_BY_MODEL_TYPE[model_type]
+    base = model_type.removesuffix("_text")  # a VLM's language model, e.g. qwen3_5_moe_text
+    return base if base in family_table() else None
+
+
+def refuse_model_type(model_type: Any) -> InputError:
+    """The error for a config.json family the loader does not convert, with the ways that always work."""
+    return InputError(
+        "model.model_type",
+        model_type,
+        "one of the supported families (" + ", ".join(supported_model_types()) + ")",
+        "give the architecture another way: as Megatron-LM flags in a launch script (lint_config reads "
+        "--num-layers, --hidden-size, --num-experts ...) or as a YAML file of ModelSpec fields passed as the "
+        "model argument (e.g. model: my-model.yaml with family, num_layers, hidden_size, vocab_size, "
+        "tie_embeddings, attention, num_attention_heads, num_query_groups, head_dim, ffn_hidden_size, "
+        "num_experts, moe_router_topk, moe_ffn_hidden_size)",
+    )
+
+
 def read_config_json(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """Load a config.json from a path or take it as given; return it and a label for sources."""
     if isinstance(source, Mapping):
@@ -262,21 +302,21 @@ def spec_from_hf_config(
     """Build a ModelSpec from a Hugging Face config.json (path, directory or parsed object)."""
     cfg, origin = read_config_json(source)
     model_type = cfg.get("model_type")
-    family = FAMILY_BY_MODEL_TYPE.get(model_type or "")
+    family = _family_of(model_type) if isinstance(model_type, str) else None
     if family is None:
-        supported = ", ".join(sorted(FAMILY_BY_MODEL_TYPE))
-        raise InputError(
-            "model.model_type",
-            model_type,
-            f"one of the supported MoE families ({supported})",
-            "dense models and other MoE families are not modelled; use a catalog id or a supported config",
-        )
+        raise refuse_model_type(model_type)
     if hf_repo:
         origin = f"https://huggingface.co/{hf_repo}/blob/main/config.json"
+    if family_table().get(family, {}).get("text_config") and isinstance(cfg.get("text_config"), Mapping):
+        cfg = dict(language_config(cfg))
+        origin = f"{origin} text_config"
     _check_arithmetic_keys(cfg)
     reader = _Reader(cfg, origin)
     try:
-        CONVERTERS[family](reader)
+        if family in CONVERTERS:
+            CONVERTERS[family](reader)
+        else:
+            convert_table_family(reader, family)
     except KeyError as exc:
         raise InputError(f"model.{exc.args[0]}", None, "a value (the config.json lacks this key)") from exc
     values = dict(reader.values)

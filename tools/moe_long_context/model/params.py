@@ -2,7 +2,8 @@
 
 Formulas follow Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (core_r0.19.0) for
 GQA, MLA, dense and MoE MLPs, extended with what that file leaves out: biases (gpt-oss), attention
-sinks, Q/K norms, the attention output gate and Gated DeltaNet layers (Qwen3-Next), expert-bias routing
+sinks, Q/K norms (per head, or over all heads as OLMoE and MiniMax-M2 have them), Q/K/V-only biases, the
+attention output gate and Gated DeltaNet layers (Qwen3-Next), expert-bias routing
 and the MTP block (``eh_proj`` plus two norms plus one transformer layer).
 """
 
@@ -65,12 +66,15 @@ def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
     qkv = h * (q_width + 2 * g * d)
     proj = n * d * h
     sharded = qkv + proj
+    if spec.add_bias_linear or spec.add_qkv_bias:
+        sharded += q_width + 2 * g * d  # linear_qkv bias
     if spec.add_bias_linear:
-        sharded += n * d + 2 * g * d
         replicated += h  # output-projection bias
     if spec.softmax_sinks:
         sharded += n
-    if spec.qk_layernorm:
+    if spec.qk_layernorm and spec.qk_layernorm_full_dim:
+        sharded += (n * d + g * d) * norm  # one norm over all query heads, one over all key heads
+    elif spec.qk_layernorm:
         replicated += 2 * d * norm
     return sharded, replicated
 

@@ -25,9 +25,11 @@ class ModelSpec(BaseModel):
 
     id: str = Field(description="Catalog id, e.g. deepseek-v3; 'custom' for an inline config.json.")
     name: str = Field(description="Human-readable name.")
-    family: Literal["deepseek_v3", "qwen3_moe", "qwen3_next", "gpt_oss", "mixtral", "gpt"] = Field(
-        description="Hugging Face architecture family the spec was converted from; gpt for a plain "
-        "Megatron GPT spec built directly (the only family that may be dense)."
+    family: str = Field(
+        description="Hugging Face architecture family the spec was converted from (model/hf.py "
+        "FAMILY_BY_MODEL_TYPE and model/hf_families.yaml name them); gpt for a plain Megatron GPT spec built "
+        "directly (the only family that may be dense); custom for a spec written as YAML fields.",
+        min_length=1,
     )
     hf_repo: str | None = Field(default=None, description="Hugging Face repository of the config.json.")
     aliases: tuple[str, ...] = Field(default=(), description="Other names accepted for this model.")
@@ -83,6 +85,16 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, description="Window of the sliding-window layers.")
     attention_layer_types: tuple[AttentionLayerType, ...] = Field(
         description="Per decoder layer: full attention, sliding-window attention or linear (Gated DeltaNet)."
+    )
+    add_qkv_bias: bool = Field(
+        default=False,
+        description="Biases on the Q, K and V projections only (GLM-4.5 attention_bias, Qwen2-MoE qkv_bias; "
+        "Megatron add_qkv_bias); add_bias_linear covers every linear layer.",
+    )
+    qk_layernorm_full_dim: bool = Field(
+        default=False,
+        description="The Q and K norms span all heads (width heads x head_dim and kv_heads x head_dim) "
+        "instead of one head (OLMoE, MiniMax-M2 in Bridge's custom layer specs); only with qk_layernorm.",
     )
     # Gated DeltaNet (Qwen3-Next linear attention)
     linear_num_key_heads: int | None = Field(default=None, description="Gated DeltaNet key heads.")

@@ -42,6 +42,7 @@ from ..engine.rules import finding, run
 from ..errors import InputError, describe_validation_error
 from ..model.catalog import load_gpu, load_model, models
 from ..model.hf import spec_from_hf_config
+from ..model.params import model_params
 from ..model.specs import ModelSpec
 from .repairs import repair_patch
 
@@ -155,10 +156,14 @@ def _resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, 
             "--num-experts, --moe-router-topk, ...) in the launch",
         )
     matches = [s for s in models() if all(arch[k] == _spec_value(s, k) for k in present)]
-    if len(matches) == 1 and len(present) >= 3:
+    same = (
+        len({model_params(s).total for s in matches}) == 1
+    )  # e.g. GLM-4.5 and GLM-4.7 share one architecture
+    if matches and same and len(present) >= 3:
         spec = matches[0]
-        notes.append(finding("MODEL_RECOGNISED", f"The architecture flags match {spec.name} ({spec.id}).", None,
-                             ["model"]))  # fmt: skip
+        also = "".join(f"; {s.name} has the same architecture" for s in matches[1:])
+        notes.append(finding("MODEL_RECOGNISED", f"The architecture flags match {spec.name} ({spec.id}){also}.",
+                             None, ["model"]))  # fmt: skip
         return spec, notes
     return _custom_spec(arch), notes
 
@@ -179,9 +184,7 @@ def _custom_spec(arch: dict[str, Any]) -> ModelSpec:
         cfg.setdefault("v_head_dim", 128)
         cfg.setdefault("kv_lora_rank", 32)
     else:
-        cfg["model_type"] = "qwen3_moe"
-        if "--group-query-attention" not in arch:
-            cfg["num_key_value_heads"] = heads
+        return _gqa_spec(cfg, arch)
     cfg.setdefault("tie_word_embeddings", "--untie-embeddings-and-output-weights" not in arch)
     cfg.setdefault("vocab_size", 128256)
     dense = cfg.pop("first_k_dense_replace", 0)
@@ -195,6 +198,48 @@ def _custom_spec(arch: dict[str, Any]) -> ModelSpec:
         raise InputError("model", None, f"model= or the flags for {missing} (the launch does not set them)")
     cfg.setdefault("intermediate_size", cfg["moe_intermediate_size"])
     return spec_from_hf_config(cfg, name="custom model from launch flags")
+
+
+def _gqa_spec(cfg: dict[str, Any], arch: dict[str, Any]) -> ModelSpec:
+    """A GQA/MHA ModelSpec written from the flags (leading dense layers, shared expert, QK norm, QKV bias)."""
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "moe_intermediate_size",
+                           "num_experts", "num_experts_per_tok") if not cfg.get(k)]  # fmt: skip
+    if missing:
+        raise InputError("model", None, f"model= or the flags for {missing} (the launch does not set them)")
+    heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    if not isinstance(layers, int) or not 0 < layers <= 10_000:
+        raise InputError("--num-layers", layers, "an integer from 1 to 10000")
+    groups = cfg.get("num_key_value_heads", heads) if "--group-query-attention" in arch else heads
+    values = {
+        "num_layers": layers,
+        "hidden_size": cfg["hidden_size"],
+        "vocab_size": cfg.get("vocab_size", 128256),
+        "tie_embeddings": "--untie-embeddings-and-output-weights" not in arch,
+        "attention": "gqa",
+        "num_attention_heads": heads,
+        "num_query_groups": groups,
+        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        "qk_layernorm": "--qk-layernorm" in arch,
+        "add_qkv_bias": "--add-qkv-bias" in arch,
+        "attention_layer_types": ("full",) * layers,
+        "ffn_hidden_size": cfg.get("intermediate_size") or cfg["moe_intermediate_size"],
+        "num_dense_layers": cfg.get("first_k_dense_replace", 0),
+        "num_experts": cfg["num_experts"],
+        "moe_router_topk": cfg["num_experts_per_tok"],
+        "moe_ffn_hidden_size": cfg["moe_intermediate_size"],
+        "moe_shared_expert_intermediate_size": cfg.get("shared_expert_intermediate_size"),
+        "moe_shared_expert_gate": "--moe-shared-expert-gate" in arch,
+        "mtp_num_layers": cfg.get("num_nextn_predict_layers") or 0,
+    }
+    sources = {field: "launch flags" for field in values}
+    try:
+        return ModelSpec(id="custom", name="custom model from launch flags", family="custom", sources=sources,
+                         **values)  # fmt: skip
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(
+            f"model.{'.'.join(str(p) for p in err['loc'])}", err.get("input"), err["msg"]
+        ) from exc
 
 
 # --------------------------------------------------------------------------- lint

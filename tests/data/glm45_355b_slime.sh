@@ -1,0 +1,65 @@
+# Test fixture written for this project from the flags of THUDM/slime's public GLM-4.5 RL launch:
+# scripts/models/glm4.5-355B-A32B.sh (MODEL_ARGS; here with its shell variables expanded: 3 dense + 89 MoE layers)
+# and scripts/run-glm4.5-355B-A32B.sh (PERF_ARGS, OPTIMIZER_ARGS, MISC_ARGS; 8 nodes x 8 GPUs). The rollout,
+# checkpoint and Ray settings are left out: they are slime's, not Megatron's.
+python3 train.py \
+   --actor-num-nodes 8 \
+   --actor-num-gpus-per-node 8 \
+   --disable-bias-linear \
+   --qk-layernorm \
+   --group-query-attention \
+   --num-attention-heads 96 \
+   --num-query-groups 8 \
+   --kv-channels 128 \
+   --num-layers 92 \
+   --hidden-size 5120 \
+   --ffn-hidden-size 12288 \
+   --add-qkv-bias \
+   --normalization RMSNorm \
+   --position-embedding-type rope \
+   --rotary-percent 0.5 \
+   --swiglu \
+   --untie-embeddings-and-output-weights \
+   --vocab-size 151552 \
+   --rotary-base 1000000 \
+   --moe-ffn-hidden-size 1536 \
+   --moe-shared-expert-intermediate-size 1536 \
+   --moe-router-pre-softmax \
+   --moe-router-score-function sigmoid \
+   --moe-router-enable-expert-bias \
+   --moe-router-bias-update-rate 0 \
+   --moe-router-load-balancing-type seq_aux_loss \
+   --moe-token-dispatcher-type alltoall \
+   --moe-router-topk 8 \
+   --moe-router-topk-scaling-factor 2.5 \
+   --moe-layer-freq "[0]*3+[1]*89" \
+   --num-experts 160 \
+   --moe-grouped-gemm \
+   --moe-router-dtype fp32 \
+   --moe-permute-fusion \
+   --moe-aux-loss-coeff 0 \
+   --tensor-model-parallel-size 8 \
+   --sequence-parallel \
+   --pipeline-model-parallel-size 4 \
+   --context-parallel-size 2 \
+   --expert-model-parallel-size 16 \
+   --expert-tensor-parallel-size 1 \
+   --recompute-granularity full \
+   --recompute-method uniform \
+   --recompute-num-layers 1 \
+   --use-dynamic-batch-size \
+   --max-tokens-per-gpu 16384 \
+   --optimizer adam \
+   --lr 1e-6 \
+   --lr-decay-style constant \
+   --weight-decay 0.1 \
+   --adam-beta1 0.9 \
+   --adam-beta2 0.98 \
+   --optimizer-cpu-offload \
+   --overlap-cpu-optimizer-d2h-h2d \
+   --use-precision-aware-optimizer \
+   --attention-dropout 0.0 \
+   --hidden-dropout 0.0 \
+   --accumulate-allreduce-grads-in-fp32 \
+   --attention-softmax-in-fp32 \
+   --attention-backend flash

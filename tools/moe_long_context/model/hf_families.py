@@ -1,0 +1,262 @@
+"""The table-driven config.json converter for the families of ``hf_families.yaml``.
+
+One reader serves every family of the table: the table says which config.json key feeds which ModelSpec field,
+what transformers' config class uses for a missing key, what Bridge hard-codes, how the shared expert and the
+dense layers are written, and where the per-layer attention kinds come from. Values the arithmetic depends on
+are checked against each other by key name before ModelSpec sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any, Protocol
+
+import yaml
+
+from ..errors import InputError
+
+_LAYER_KINDS = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
+_MAX_INT = 1 << 24
+
+
+class Reader(Protocol):
+    cfg: Mapping[str, Any]
+    origin: str
+    values: dict[str, Any]
+
+    def set(self, field: str, value: Any, why: str) -> None: ...
+
+
+@cache
+def family_table() -> dict[str, dict[str, Any]]:
+    """model_type -> the family's entry of hf_families.yaml."""
+    text = resources.files(__package__).joinpath("hf_families.yaml").read_text()
+    return yaml.safe_load(text)["families"]
+
+
+def language_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language-model keys: ``text_config`` merged over the top level (a VLM's tie flag sits on top)."""
+    text = cfg.get("text_config")
+    if not isinstance(text, Mapping):
+        return cfg
+    return {**{k: v for k, v in cfg.items() if k != "text_config"}, **text}
+
+
+class _Keys:
+    """Looks up config.json keys with the family's defaults and remembers where each value came from."""
+
+    def __init__(self, r: Reader, entry: Mapping[str, Any], model_type: str):
+        self.r, self.entry, self.model_type = r, entry, model_type
+        self.defaults = entry.get("defaults", {})
+        self.assumed = entry.get("assumed", {})
+
+    def has(self, key: str) -> bool:
+        return self.r.cfg.get(key) is not None
+
+    def get(self, key: str) -> tuple[Any, str]:
+        """(value, source) of ``key``: config.json, else the config class default, else an assumed value."""
+        if self.has(key):
+            return self.r.cfg[key], f"{self.r.origin}: {key}"
+        if key in self.defaults:
+            value = self.defaults[key]
+            why = f"transformers {self.entry['transformers']} default (config.json has no {key!r})"
+        elif key in self.assumed:
+            value, reason = self.assumed[key]
+            why = f"assumed ({reason}; config.json has no {key!r})"
+        else:
+            raise InputError(f"model.{key}", None, f"config.json must set {key!r} for {self.model_type}")
+        if value == "hidden_size / num_attention_heads":
+            value = self.ratio("hidden_size", "num_attention_heads", key)
+        elif value == "4 x hidden_size":
+            value = 4 * self.int("hidden_size")
+        elif isinstance(value, str) and value in self.defaults:  # a default naming another key
+            value = self.get(value)[0]
+        return value, why
+
+    def int(self, key: str, low: int = 1) -> int:
+        value = self.get(key)[0]
+        if isinstance(value, list) and value and len(set(value)) == 1:
+            value = value[0]  # ERNIE and Hunyuan may write one value per layer
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INT:
+            raise InputError(f"model.{key}", value, f"an integer from {low} to {_MAX_INT}")
+        return value
+
+    def ratio(self, num: str, den: str, key: str) -> int:
+        a, b = self.int(num), self.int(den)
+        if a % b:
+            raise InputError(
+                f"model.{key}", None, f"set explicitly: {num}={a} is not a multiple of {den}={b}"
+            )
+        return a // b
+
+
+def _first_key(keys: _Keys, spec: str | list[str]) -> str:
+    names = [spec] if isinstance(spec, str) else spec
+    for name in names:
+        if keys.has(name):
+            return name
+    return next((n for n in names if n in keys.defaults or n in keys.assumed), names[0])
+
+
+def _layer_types(keys: _Keys, layers: Any, num_layers: int) -> tuple[tuple[str, ...], str]:
+    if layers == "full":
+        return ("full",) * num_layers, "every layer uses full attention"
+    listed = layers.get("layer_types")
+    if listed and keys.has(listed):
+        names = keys.r.cfg[listed]
+        if not isinstance(names, list) or len(names) != num_layers:
+            raise InputError(
+                f"model.{listed}", names, f"a list of {num_layers} layer types (num_hidden_layers)"
+            )
+        unknown = sorted({n for n in names if n not in _LAYER_KINDS})
+        if unknown:
+            raise InputError(f"model.{listed}", unknown, "layer types among " + ", ".join(_LAYER_KINDS))
+        return tuple(_LAYER_KINDS[n] for n in names), f"{keys.r.origin}: {listed}"
+    if "interval" in layers:
+        period, why = keys.int(layers["interval"]), keys.get(layers["interval"])[1]
+        kinds = tuple("full" if (i + 1) % period == 0 else "linear" for i in range(num_layers))
+        return kinds, f"full attention every {period}th layer, Gated DeltaNet otherwise ({why})"
+    period, why = keys.int(layers["sliding_pattern"], low=0), keys.get(layers["sliding_pattern"])[1]
+    if not period or not keys.get("sliding_window")[0]:
+        return ("full",) * num_layers, f"no sliding window ({why})"
+    kinds = tuple("full" if (i + 1) % period == 0 else "sliding" for i in range(num_layers))
+    return kinds, f"sliding window with full attention every {period}th layer ({why})"
+
+
+def _dense_layers(keys: _Keys, rule: Any, num_layers: int) -> tuple[int, str]:
+    r = keys.r
+    if "mlp_layer_types" in r.cfg and r.cfg["mlp_layer_types"] is not None:
+        kinds = r.cfg["mlp_layer_types"]
+        dense = (
+            next((i for i, k in enumerate(kinds) if k != "dense"), len(kinds))
+            if isinstance(kinds, list)
+            else 0
+        )
+        if (
+            not isinstance(kinds, list)
+            or len(kinds) != num_layers
+            or any(k != "sparse" for k in kinds[dense:])
+        ):
+            raise InputError(
+                "model.mlp_layer_types", kinds, f"{num_layers} entries: leading 'dense' layers, then 'sparse'"
+            )
+        return dense, f"{r.origin}: mlp_layer_types"
+    if rule == "none":
+        return 0, "every layer is MoE"
+    if "sparse_step" in rule:
+        step, only = r.cfg.get(rule["sparse_step"], 1), r.cfg.get(rule["only"]) or []
+        if step != 1 or only:
+            raise InputError(
+                f"model.{rule['only'] if only else rule['sparse_step']}",
+                only or step,
+                f"every layer MoE ({rule['sparse_step']} 1, {rule['only']} []): other patterns are not modelled",
+            )
+        return 0, f"{r.origin}: {rule['sparse_step']} 1 and no {rule['only']}"
+    key = rule["first_k"]
+    dense, why = keys.int(key, low=0), keys.get(key)[1]
+    if dense >= num_layers:
+        raise InputError(f"model.{key}", dense, f"fewer than num_hidden_layers={num_layers}")
+    last = rule.get("last")
+    if last:
+        end = keys.int(last, low=-1)
+        if end not in (-1, num_layers - 1):
+            raise InputError(
+                f"model.{last}",
+                end,
+                f"-1 or {num_layers - 1} (MoE up to the last layer; others are not modelled)",
+            )
+    return dense, why
+
+
+def _check_consistent(keys: _Keys, entry: Mapping[str, Any], v: Mapping[str, Any]) -> None:
+    fields = entry["fields"]
+    heads = v["num_attention_heads"]
+    if entry["attention"] == "gqa":
+        groups = v["num_query_groups"]
+        if groups > heads or heads % groups:
+            raise InputError(
+                f"model.{_first_key(keys, fields['num_query_groups'])}",
+                groups,
+                f"a divisor of num_attention_heads={heads} (every query head needs one key/value head)",
+            )
+    if v.get("linear_num_key_heads") and v["linear_num_value_heads"] % v["linear_num_key_heads"]:
+        raise InputError(
+            "model.linear_num_value_heads",
+            v["linear_num_value_heads"],
+            f"a multiple of linear_num_key_heads={v['linear_num_key_heads']}",
+        )
+    experts, topk = v["num_experts"], v["moe_router_topk"]
+    if not 0 < topk <= experts:
+        raise InputError(
+            f"model.{_first_key(keys, fields['moe_router_topk'])}",
+            topk,
+            f"between 1 and the {experts} experts of {_first_key(keys, fields['num_experts'])}",
+        )
+    groups, group_topk = v.get("moe_router_num_groups"), v.get("moe_router_group_topk")
+    if groups and (experts % groups or not group_topk or group_topk > groups):
+        raise InputError(
+            f"model.{fields['moe_router_num_groups']}",
+            groups,
+            f"a divisor of the {experts} experts, with 1 <= {fields['moe_router_group_topk']} <= it",
+        )
+
+
+_BOOL_FIELDS = {"tie_embeddings", "qk_layernorm", "add_qkv_bias", "add_bias_linear"}
+_TEXT_FIELDS = {"moe_router_score_function"}
+_OPTIONAL_FIELDS = {"q_lora_rank", "sliding_window", "moe_router_num_groups", "moe_router_group_topk"}
+
+
+def convert_table_family(r: Reader, model_type: str) -> None:
+    """Fill ``r`` from config.json by the family's entry of hf_families.yaml."""
+    entry = family_table()[model_type]
+    keys = _Keys(r, entry, model_type)
+    for key, expected in entry.get("refuse", {}).items():
+        if keys.has(key) and r.cfg[key] != expected:
+            raise InputError(f"model.{key}", r.cfg[key], f"{expected!r} (other values are not modelled)")
+    common = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "vocab_size": "vocab_size",
+              "tie_embeddings": "tie_word_embeddings", "num_attention_heads": "num_attention_heads"}  # fmt: skip
+    fields = {**common, **entry["fields"]}
+    if entry["attention"] == "mla":
+        fields.setdefault("num_query_groups", "num_attention_heads")
+    for field, spec in fields.items():
+        key = _first_key(keys, spec)
+        if field in _OPTIONAL_FIELDS and not keys.has(key) and key not in keys.defaults:
+            continue
+        value, why = keys.get(key)
+        if field in _BOOL_FIELDS:
+            value = bool(value)
+        elif field in _OPTIONAL_FIELDS and (not value or (field.startswith("moe_router_") and value == 1)):
+            continue  # q_lora_rank null: no query compression; n_group 1: no group-limited routing
+        elif field not in _TEXT_FIELDS:
+            value = keys.int(key, low=0 if field == "mtp_num_layers" else 1)
+        r.set(field, value, why)
+    if keys.has("max_position_embeddings") or "max_position_embeddings" in keys.defaults:
+        value, why = keys.get("max_position_embeddings")
+        r.set("max_position_embeddings", keys.int("max_position_embeddings"), why)
+    owner = entry["bridge"] if entry["bridge"] != "none" else f"transformers {entry['transformers']}"
+    r.set("attention", entry["attention"], f"{owner}: {entry['attention']} attention")
+    for field, value in entry.get("fixed", {}).items():
+        r.set(field, value, f"{owner} sets {field}={value}")
+    num_layers = r.values["num_layers"]
+    kinds, why = _layer_types(keys, entry["layers"], num_layers)
+    r.set("attention_layer_types", kinds, why)
+    dense, why = _dense_layers(keys, entry["dense_layers"], num_layers)
+    r.set("num_dense_layers", dense, why)
+    shared = entry.get("shared_expert")
+    if shared:
+        width = keys.int(shared["width"])
+        count = shared["count"] if isinstance(shared["count"], int) else keys.int(shared["count"], low=0)
+        if count:
+            count_why = (
+                shared["count"] if isinstance(shared["count"], str) else f"{count} (as Bridge maps it)"
+            )
+            r.set(
+                "moe_shared_expert_intermediate_size",
+                count * width,
+                f"{r.origin}: {count_why} x {shared['width']}",
+            )
+            if shared.get("gate"):
+                r.set("moe_shared_expert_gate", True, f"{owner}: sigmoid-gated shared expert")
+    _check_consistent(keys, entry, r.values)
