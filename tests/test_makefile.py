@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import subprocess
 
@@ -11,8 +12,17 @@ from scripts.harness import REPO
 
 
 def make(goal: str, python: str) -> subprocess.CompletedProcess:
+    """``make -n goal`` as a user types it, also when the suite itself runs under make (``make test``)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")
+    }
     return subprocess.run(
-        ["make", "-n", goal, f"PYTHON={python}"], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["make", "-n", goal, f"PYTHON={python}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
