@@ -54,14 +54,10 @@ WIRE_DESCRIPTIONS = {
 # on/off switches (named after the Megatron-LM flag, environment or dataset setting they stand for; which
 # one is in references/tools.md and the CLI's --help) and the parallel and micro-batch sizes.
 SHARED_DEFS = {
-    "off": {"type": "boolean", "default": False, "description": "Switch named after its Megatron setting."},
-    "on": {"type": "boolean", "default": True, "description": "Switch named after its Megatron setting."},
+    "off": {"type": "boolean", "default": False, "description": "Megatron switch of this name."},
+    "on": {"type": "boolean", "default": True, "description": "Megatron switch of this name."},
     "size": {"type": "integer", "minimum": 1, "default": 1, "description": "Parallel or micro-batch size."},
-    "count": {
-        "type": "integer",
-        "minimum": 1,
-        "description": "A count; unset: derived or Megatron's default.",
-    },
+    "count": {"type": "integer", "minimum": 1, "description": "Unset: derived, or Megatron's default."},
 }
 SIZES = ("tp", "cp", "pp", "ep", "mbs")
 
@@ -169,7 +165,7 @@ def compact_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-FINDINGS = "[{severity: error|warning|info, code, message, fix, keys, source}]"
+FINDINGS = "[{severity, code, message, fix, keys, source}]"
 
 
 def _shallow(node: dict[str, Any]) -> dict[str, Any]:

@@ -51,7 +51,7 @@ DETAIL = "detail"
 DETAIL_SCHEMA = {
     "enum": ["summary", "full"],
     "default": "summary",
-    "description": "Text content: a short summary, or the full result as JSON.",
+    "description": "Text content: a summary, or the result as JSON.",
 }
 
 
