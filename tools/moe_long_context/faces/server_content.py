@@ -31,7 +31,9 @@ INSTRUCTIONS = (
     "check_dp_budget on every layout before recommending it (MoE parallel folding: the product of all "
     "parallel sizes may exceed the GPU count). An 'error' finding is a rule Megatron enforces, with its "
     "source; quote the fixes the tools give instead of guessing. Resources hold the model and GPU catalogs, "
-    "the rule table and checked representative layouts."
+    "the rule table and checked representative layouts. A tool's text is a short summary (verdict, key "
+    "numbers, errors with fixes); structuredContent holds the complete result, and detail='full' puts it in "
+    "the text."
 )
 
 
