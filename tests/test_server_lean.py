@@ -14,7 +14,7 @@ from mcp import Client, MCPError
 from moe_long_context.engine.representative import representative_layouts
 from moe_long_context.faces import summary
 from moe_long_context.faces.registry import TOOLS, TOOLS_BY_NAME
-from moe_long_context.faces.schemas import compact_input_schema
+from moe_long_context.faces.schemas import FINDINGS, compact_input_schema, compact_output_schema
 from moe_long_context.faces.server import server
 from server_cases import VALID_CALLS
 
@@ -184,3 +184,29 @@ async def test_prompt_echoes_a_wrong_value_as_given(argument, value):
     assert str(error.value) == (
         f"plan_long_context_moe: {argument}={value!r} is not allowed: a positive whole number"
     )
+
+
+def test_output_schema_types_follow_refs_and_leave_any_open():
+    schema = {
+        "properties": {
+            "kind": {"$ref": "#/$defs/Kind"},
+            "blob": {},
+            "maybe": {"anyOf": [{"$ref": "#/$defs/Kind"}, {"type": "null"}]},
+            "nested": {"$ref": "#/$defs/Inner"},
+            "findings": {"type": "array", "items": {"$ref": "#/$defs/Inner"}},
+        },
+        "$defs": {
+            "Kind": {"enum": ["a", "b"], "type": "string", "title": "Kind"},
+            "Inner": {"properties": {"x": {"type": "integer"}}, "type": "object"},
+        },
+    }
+    assert compact_output_schema(schema) == {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string"},
+            "blob": {},
+            "maybe": {"type": ["string", "null"]},
+            "nested": {"type": "object"},
+            "findings": {"type": "array", "description": FINDINGS},
+        },
+    }

@@ -8,14 +8,19 @@ MCP face sends a rewritten copy of their schemas:
 - an optional argument ``anyOf: [X, {type: null}]`` with ``default: null`` becomes ``X``: leaving it out
   means "unset", which the tool descriptions and the argument descriptions say; the request models
   still accept an explicit null;
-- every argument gets a description of a few words (``WIRE_DESCRIPTIONS``); the model argument points to
-  the catalog resource instead of listing every id (the catalog grows; the description does not), and the
+- every argument gets a description of a few words (``WIRE_DESCRIPTIONS``, else the first sentence of
+  the model's); the model argument points to the catalog resource instead of listing every id (the
+  catalog grows; the description does not); an argument with an ``enum`` is described by its values; the
   long forms stay in ``references/tools.md`` and the CLI's ``--help``;
-- boolean knobs that are exactly a Megatron-LM flag are grouped under one shared ``$defs`` entry per default;
+- on/off switches, the parallel sizes and optional counts share one ``$defs`` entry per kind
+  (``SHARED_DEFS``), used when a tool has two or more of a kind;
 - maxima that are only sanity caps (65536 GPUs) are not sent; the server still enforces them;
-- output schemas keep their structure (types, required fields, shared ``$defs`` such as ``Finding``) so a
-  client can validate ``structuredContent``, but keep descriptions only on top-level fields, cut to their
-  first sentence.
+- output schemas give each top-level result field its JSON type(s), so a client can still validate
+  ``structuredContent``; nested objects are not spelled out (the tool description, the summary text and
+  ``references/tools.md`` say what they hold).
+
+Measured through an in-process client (tests/test_server_lean.py holds the budget): 77 KB before, 24 KB
+after, for the same seven tools and arguments.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ WIRE_DESCRIPTIONS = {
     "pipeline_layout": "Megatron layout string, e.g. 'Et|(tt|)*30mL'.",
     "hierarchical_cp_sizes": "a2a+p2p sizes, e.g. [8, 4].",
     "moe_capacity_factor": "Unset: dropless.",
-    "recompute_granularity": "selective or full; unset: no recompute.",
     "recompute_modules": "Selective: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, "
     "gdn_norm_out.",
     "activation_offload": "Fine-grained offload modules.",
@@ -161,24 +165,29 @@ def compact_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
             props[name] = {"$ref": f"#/$defs/{ref}"}
     used = {ref: SHARED_DEFS[ref] for ref in SHARED_DEFS if counts[ref] > 1}
     if used:
-        out["$defs"] = used
+        out.setdefault("$defs", {}).update(used)
     return out
 
 
 FINDINGS = "[{severity, code, message, fix, keys, source}]"
 
 
-def _shallow(node: dict[str, Any]) -> dict[str, Any]:
-    """A result field's schema down to its JSON type(s): nested models are objects, lists are arrays."""
+def _shallow(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A result field's schema down to its JSON type(s): nested models are objects, lists are arrays, a
+    field of any type stays unconstrained."""
     if "$ref" in node:
-        return {"type": "object"}
+        return _shallow(defs.get(node["$ref"].rsplit("/", 1)[-1], {}), defs)
     if "anyOf" in node:
         types: list[Any] = []
         for option in node["anyOf"]:
-            kind = _shallow(option).get("type", "object")
+            kind = _shallow(option, defs).get("type")
+            if kind is None:
+                return {}
             types += kind if isinstance(kind, list) else [kind]
-        return {"type": types}
-    return {"type": node.get("type", "object")}
+        return {"type": list(dict.fromkeys(types))}
+    if "type" in node:
+        return {"type": node["type"]}
+    return {"type": "object"} if "properties" in node else {}
 
 
 def compact_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -187,7 +196,8 @@ def compact_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
     objects, and ``findings`` says the shape of a finding. What each field means is in the tool
     description, the summary text and references/tools.md."""
     stripped = _strip(copy.deepcopy(schema), descriptions=False)
-    properties = {name: _shallow(prop) for name, prop in stripped["properties"].items()}
+    defs = stripped.get("$defs", {})
+    properties = {name: _shallow(prop, defs) for name, prop in stripped["properties"].items()}
     if "findings" in properties:
         properties["findings"]["description"] = FINDINGS
     return {"type": "object", "properties": properties}
