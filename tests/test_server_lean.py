@@ -12,6 +12,7 @@ import pytest
 from mcp import Client, MCPError
 
 from moe_long_context.engine.representative import representative_layouts
+from moe_long_context.faces import server as server_module
 from moe_long_context.faces import summary
 from moe_long_context.faces.registry import TOOLS, TOOLS_BY_NAME
 from moe_long_context.faces.schemas import FINDINGS, compact_input_schema, compact_output_schema
@@ -210,3 +211,58 @@ def test_output_schema_types_follow_refs_and_leave_any_open():
             "findings": {"type": "array", "description": FINDINGS},
         },
     }
+
+
+ERRONEOUS = [  # configurations Megatron refuses: the tools answer, with error findings
+    (
+        "check_dp_budget",
+        {"model": "dsv3", "gpu": "h100", "num_gpus": 100, "seq_len": 131072, "tp": 3, "cp": 7},
+    ),
+    ("estimate_memory", {"model": "dsv3", "gpu": "h100", "num_gpus": 8, "seq_len": 131072, "tp": 3}),
+    ("pick_recompute", {"model": "dsv3", "gpu": "h100", "num_gpus": 8, "seq_len": 131072, "tp": 3}),
+    (
+        "validate_cuda_graph_shapes",
+        {"model": "dsv3", "num_gpus": 8, "seq_len": 131072, "cuda_graph_impl": "full_iteration"},
+    ),
+    (
+        "lint_config",
+        {"megatron_args": "--tensor-model-parallel-size 3 --foo 1", "model": "dsv3", "num_gpus": 8},
+    ),
+    ("lint_config", {"config": {"model": {"tensor_model_parallel_size": 3}}, "model": "dsv3", "num_gpus": 8}),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"), ERRONEOUS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(ERRONEOUS)]
+)
+async def test_summary_of_a_refused_configuration_names_every_error_and_its_fix(name, arguments):
+    async with Client(server) as client:
+        result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content[0].text
+    data, text = result.structured_content, result.content[0].text
+    errors = [f for f in data["findings"] if f["severity"] == "error"]
+    assert errors and "NOT valid" in text.splitlines()[0]
+    for f in errors:
+        assert f"- {f['code']}: {f['message']}" in text and (f["fix"] is None or f"fix: {f['fix']}" in text)
+    assert "None" not in text.replace("gbs None", "")  # unset numbers read as '-', not None
+
+
+@pytest.mark.parametrize("arguments", [a for n, a in ERRONEOUS if n == "lint_config"])
+async def test_lint_summary_gives_the_corrected_configuration(arguments):
+    async with Client(server) as client:
+        result = await client.call_tool("lint_config", arguments)
+    corrected, text = result.structured_content["corrected"], result.content[0].text
+    lines = corrected.splitlines() if isinstance(corrected, str) else corrected
+    if isinstance(corrected, dict):
+        lines = [f"{key}: {json.dumps(value)}" for key, value in corrected.items()]
+    assert lines and all(f"  {line}" in text for line in lines)
+
+
+async def test_a_failing_summary_still_sends_the_result(monkeypatch):
+    def broken(name, data):
+        raise KeyError("a summary bug")
+
+    monkeypatch.setattr(server_module, "summarize", broken)
+    async with Client(server) as client:
+        result = await client.call_tool("size_cp", {"model": "dsv3", "seq_len": 131072})
+    assert not result.is_error and json.loads(result.content[0].text) == result.structured_content

@@ -105,8 +105,17 @@ def run_tool(tool: Tool, arguments: dict[str, Any]) -> CallToolResult:
     # block (Claude Code among them) would otherwise put every byte of the result into the agent's context,
     # while a client that reads only text still gets the verdict, the key numbers and every error with its
     # fix, and can ask for detail='full'.
-    text = json.dumps(data) if detail == "full" else summarize(tool.name, data)
+    text = json.dumps(data) if detail == "full" else _summary(tool, data)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _summary(tool: Tool, data: dict[str, Any]) -> str:
+    """The summary text; should it fail (a bug), the result still goes out, with its JSON as the text."""
+    try:
+        return summarize(tool.name, data)
+    except Exception:
+        logger.exception("Summary of %s failed; sending the JSON as text", tool.name)
+        return json.dumps(data)
 
 
 def _check_size(name: str, arguments: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ top-level numbers, flags and short strings, then its findings.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,10 @@ def _num(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
     return str(value)
+
+
+def _v(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 def _gib(value: Any) -> str:
@@ -97,8 +102,8 @@ def _check_dp_budget(d: dict[str, Any]) -> list[str]:
     pipeline = d.get("pipeline") or {}
     lines = [
         f"check_dp_budget: {_verdict(d)}: {d['layout']}",
-        f"DP {d['dp']}, EDP {d['edp']}, min_gpus {d['min_gpus']}, GBS {d['gbs']}, "
-        f"{d['num_microbatches']} microbatches, sequence_parallel {d['sequence_parallel']}",
+        f"DP {_v(d['dp'])}, EDP {_v(d['edp'])}, min_gpus {_v(d['min_gpus'])}, GBS {_v(d['gbs'])}, "
+        f"microbatches {_v(d['num_microbatches'])}, sequence_parallel {d['sequence_parallel']}",
     ]
     if pipeline.get("decoders_per_rank"):
         lines.append(
@@ -137,6 +142,11 @@ def _stage_line(stage: dict[str, Any]) -> str:
 
 
 def _estimate_memory(d: dict[str, Any]) -> list[str]:
+    if d["peak_gib"] is None:
+        return [
+            f"estimate_memory: no estimate; {_verdict(d)}",
+            f"usable {_gib(d['usable_gib'])}; fix the errors below for a memory estimate",
+        ]
     fits = {True: "fits", False: "does NOT fit", None: "fit unknown (no GPU given)"}[d["fits"]]
     lines = [
         f"estimate_memory: {fits}; {_verdict(d)}",
@@ -144,7 +154,8 @@ def _estimate_memory(d: dict[str, Any]) -> list[str]:
         f"headroom {_gib(d['headroom_gib'])} (includes {d['overhead_gib']:g} GiB fixed overhead)",
     ]
     lines += _items(d["breakdown"], _stage_line)
-    lines.append(f"{len(d['assumptions'])} assumptions in structuredContent.assumptions.")
+    if d["assumptions"]:
+        lines.append(f"{len(d['assumptions'])} assumptions in structuredContent.assumptions.")
     return lines
 
 
@@ -197,7 +208,12 @@ def _lint_config(d: dict[str, Any]) -> list[str]:
         lines.append(
             "corrected configuration (same dialect; the other dialect is in corrected_other_dialect):"
         )
-        lines += [f"  {item}" for item in d["corrected"]]
+        corrected = d["corrected"]
+        if isinstance(corrected, str):
+            corrected = corrected.splitlines()
+        elif isinstance(corrected, dict):  # a ConfigContainer-shaped object: its sections, one a line
+            corrected = [f"{key}: {json.dumps(value)}" for key, value in corrected.items()]
+        lines += [f"  {item}" for item in corrected]
     if d["remaining_errors"]:
         lines += ["still wrong after the fixes:", *_items(d["remaining_errors"], str)]
     return lines
