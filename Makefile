@@ -1,5 +1,12 @@
 # The README's two commands: `make run` (set up, then the main job) and `make test` (set up, then the suite).
 PYTHON ?= python3
+# Every goal but clean needs Python 3.11+: stop at once with one line (make's own "Stop.") when it is older.
+ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),default)),)
+PY_FOUND := $(shell $(PYTHON) -c 'import sys; v = sys.version_info; print("%d.%d %s" % (v[0], v[1], v >= (3, 11)))' 2>/dev/null)
+ifneq ($(word 2,$(PY_FOUND)),True)
+$(error $(PYTHON) is $(if $(PY_FOUND),Python $(word 1,$(PY_FOUND)),not a working Python); this project needs Python 3.11 or later: make PYTHON=python3.11 $(MAKECMDGOALS))
+endif
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 MOE := $(BIN)/moe-lc

@@ -1,7 +1,10 @@
 """Latency of the MCP server over stdio: cold start, and p50/p99 of tool calls from a client.
 
-Cold start: spawn ``python -m moe_long_context.server``, complete the initialize handshake and list the
-tools; the time until the list arrives (interpreter start and imports included). Tool calls: one stdio
+Cold start: spawn ``python -m moe_long_context.server``, complete the initialize handshake, list the tools
+and answer a first ``size_cp`` call (which reads the model catalog); the time until the answer arrives
+(interpreter start and imports included). The same is measured, interleaved run by run, for a minimal
+``mcp`` SDK server with one tool (``BASELINE``), and the report gives the ratio of the medians: the cost
+of this server's own imports and catalogs over what any Python MCP server pays. Tool calls: one stdio
 session, a warm-up, then ``--calls`` sequential calls per tool, each timed from request to result in the
 SDK client. Each tool gets the arguments of the representative DeepSeek-V3 128K layout that it accepts.
 
@@ -25,6 +28,25 @@ from moe_long_context.engine.representative import representative_layouts
 from moe_long_context.faces.registry import TOOLS
 
 SERVER = StdioServerParameters(command=sys.executable, args=["-m", "moe_long_context.server"])
+FIRST_CALL = ("size_cp", {"model": "deepseek-v3", "gpu": "h100", "seq_len": 131072})
+
+# The smallest server the SDK makes: one tool with a pydantic result, run over stdio.
+BASELINE_SOURCE = """
+from pydantic import BaseModel
+from mcp.server import MCPServer
+
+server = MCPServer("baseline")
+
+class Answer(BaseModel):
+    cp: int
+
+@server.tool()
+def size_cp(model: str, gpu: str, seq_len: int) -> Answer:
+    return Answer(cp=max(1, seq_len // 4096))
+
+server.run()
+"""
+BASELINE = StdioServerParameters(command=sys.executable, args=["-c", BASELINE_SOURCE])
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -50,10 +72,13 @@ def tool_arguments() -> dict[str, dict]:
     return calls
 
 
-async def cold_start() -> float:
+async def cold_start(params: StdioServerParameters = SERVER) -> float:
     started = time.perf_counter()
-    async with Client(SERVER, mode="legacy") as client:
+    async with Client(params, mode="legacy") as client:
         await client.list_tools()
+        result = await client.call_tool(*FIRST_CALL)
+        if result.is_error:
+            raise SystemExit(f"the first call answered with an error: {result.content[0].text}")
         return time.perf_counter() - started
 
 
@@ -75,12 +100,17 @@ async def call_latencies(calls: int) -> dict[str, list[float]]:
 
 
 async def measure(calls: int, starts: int) -> dict:
-    starts_s = [await cold_start() for _ in range(starts)]
+    starts_s, baseline_s = [], []
+    for _ in range(starts):  # interleaved, so both see the same machine load
+        starts_s.append(await cold_start(SERVER))
+        baseline_s.append(await cold_start(BASELINE))
     report = {
         "cold_start_ms": {
             "median": statistics.median(starts_s) * 1e3,
             "max": max(starts_s) * 1e3,
             "runs": starts,
+            "baseline_median": statistics.median(baseline_s) * 1e3,
+            "ratio": statistics.median(starts_s) / statistics.median(baseline_s),
         },
         "tool_call_ms": {},
     }
@@ -96,7 +126,8 @@ async def measure(calls: int, starts: int) -> dict:
 def print_report(report: dict) -> None:
     cold = report["cold_start_ms"]
     print(
-        f"cold start (spawn to tools/list), {cold['runs']} runs: median {cold['median']:.0f} ms, max {cold['max']:.0f} ms"
+        f"cold start (spawn to tools/list and a first size_cp), {cold['runs']} runs: median {cold['median']:.0f} ms, "
+        f"max {cold['max']:.0f} ms; minimal mcp server {cold['baseline_median']:.0f} ms; ratio {cold['ratio']:.2f}"
     )
     print(f"{'tool call over stdio':32} {'p50 ms':>8} {'p99 ms':>8} {'calls':>6}")
     for name, row in report["tool_call_ms"].items():

@@ -1,13 +1,15 @@
 """Install the skill as the README documents into a throw-away HOME and read Claude Code's start-up event.
 
 Without credentials, ``claude -p hi --output-format stream-json --verbose`` still prints the system/init
-event listing skills, slash commands, MCP servers and tools. Two installs are checked:
-- user scope: the repository at ~/.claude/skills/nemo-mbridge-perf-moe-long-context (a skills-dir plugin:
-  the skill and the server of .mcp.json, from one copy);
-- project scope: the repository at <project>/.claude/skills/nemo-mbridge-perf-moe-long-context plus the
-  repository's .mcp.json copied to the project root.
+event listing skills, slash commands, MCP servers and tools. The README's two install ways are run as
+written (scripts/readme_install.py), each in a fresh HOME:
+- user scope: ~/.claude/skills/nemo-mbridge-perf-moe-long-context links to the repository (a skills-dir
+  plugin: the skill and the server of .mcp.json, from one folder);
+- project scope: <project>/.claude/skills/nemo-mbridge-perf-moe-long-context links to the repository and
+  the repository's .mcp.json is copied to the project root.
 In both, the skill and every registry tool must be listed and the server connected. The server is started
 by the moe-lc console script installed next to the running Python (the README's pip install step).
+Claude Code is the pinned CLAUDE_CODE_VERSION, and the check fails if ``claude --version`` says otherwise.
 
 Run: python -m scripts.check_claude_code   (exit 0 passed, 1 failed, 77 could not run here)
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,47 +25,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from moe_long_context.faces.registry import TOOLS
-from scripts.harness import REPO, CheckFailed, console_script, main, npm_install, system_node
+from scripts import readme_install
+from scripts.harness import CheckFailed, console_script, main, npm_install, system_node
 
-CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
-SKILL = "nemo-mbridge-perf-moe-long-context"
+# The version the README names; it also names the oldest found to list every tool (2.1.197 does, once the
+# session waits for the server to connect: see start_event).
+CLAUDE_CODE_VERSION = "2.1.332"
+SKILL = readme_install.SKILL
 SERVER = "moe-lc"  # the server's key in .mcp.json
-SKIP_DIRS = {
-    ".git",
-    ".venv",
-    "build",
-    "node_modules",
-    "__pycache__",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".hypothesis",
-}
 
 
-def repository_files() -> list[Path]:
-    """What a clone of the repository holds (tracked and new files, not ignored ones), relative to it."""
-    proc = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode == 0:
-        names = [Path(name) for name in proc.stdout.split("\0") if name]
-    else:  # not a git checkout: everything but caches and builds
-        names = [
-            p.relative_to(REPO)
-            for p in REPO.rglob("*")
-            if not SKIP_DIRS & set(p.relative_to(REPO).parts) and ".egg-info" not in str(p)
-        ]
-    return [name for name in names if (REPO / name).is_file()]
-
-
-def copy_repository(dest: Path) -> None:
-    for name in repository_files():
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, dest / name)
+def claude_code(version: str = CLAUDE_CODE_VERSION) -> Path:
+    """The pinned Claude Code, installed under build/npm once; fails if it reports another version."""
+    claude = npm_install(f"@anthropic-ai/claude-code@{version}") / "node_modules" / ".bin" / "claude"
+    proc = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    if not proc.stdout.strip().startswith(version):
+        raise CheckFailed(
+            f"claude --version says {proc.stdout.strip() or proc.stderr.strip()!r}, not {version}"
+        )
+    return claude
 
 
 def start_event(claude: Path, home: Path, cwd: Path) -> dict:
@@ -77,6 +56,9 @@ def start_event(claude: Path, home: Path, cwd: Path) -> dict:
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Headless sessions do not wait for MCP servers by default: one still starting is listed as
+        # "pending" with no tools (2.1.197 and 2.1.332 alike, on a loaded machine). Wait, as the README says.
+        "MCP_CONNECTION_NONBLOCKING": "false",
     }
     command = [str(claude), "-p", "hi", "--output-format", "stream-json", "--verbose"]
     proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False)
@@ -106,16 +88,17 @@ def registration_problems(event: dict, scope: str) -> list[str]:
     return problems
 
 
-def run(log: Callable[[str], None]) -> list[str]:
-    claude = npm_install(CLAUDE_CODE) / "node_modules" / ".bin" / "claude"
+def run(log: Callable[[str], None], version: str = CLAUDE_CODE_VERSION) -> list[str]:
+    claude = claude_code(version)
+    log(f"Claude Code {version}")
     problems = []
     with tempfile.TemporaryDirectory(prefix="moe-lc-claude-") as tmp:
         root = Path(tmp)
-        # user scope: one copy in ~/.claude/skills/<skill> brings the skill and the server
+        # user scope: ~/.claude/skills/<skill> brings the skill and the server
         home, project = root / "home", root / "project"
-        skill_dir = home / ".claude" / "skills" / SKILL
-        copy_repository(skill_dir)
         project.mkdir()
+        problems += readme_install.run_install("user", home, project)
+        skill_dir = home / ".claude" / "skills" / SKILL
         proc = subprocess.run(
             [str(claude), "plugin", "validate", "--strict", str(skill_dir)],
             env={**os.environ, "HOME": str(home)},
@@ -133,9 +116,7 @@ def run(log: Callable[[str], None]) -> list[str]:
         problems += registration_problems(event, "user scope")
         # project scope: the skill under <project>/.claude/skills and the repository's .mcp.json at the root
         home, project = root / "home2", root / "project2"
-        home.mkdir()
-        copy_repository(project / ".claude" / "skills" / SKILL)
-        shutil.copy2(REPO / ".mcp.json", project / ".mcp.json")
+        problems += readme_install.run_install("project", home, project)
         event = start_event(claude, home, project)
         log(f"project scope: skills {event.get('skills')[:1]}, servers {event.get('mcp_servers')}")
         problems += registration_problems(event, "project scope")

@@ -37,9 +37,12 @@ async def test_tools_list_is_the_registry():
         assert (mcp_tool.title, mcp_tool.description) == (tool.title, tool.description)
         schema = mcp_tool.input_schema
         assert schema["type"] == "object" and schema["additionalProperties"] is False
-        assert set(schema["properties"]) == set(tool.request.model_fields)  # flat: no nested request object
+        # flat: no nested request object; plus detail, which only the MCP face reads
+        assert set(schema["properties"]) == set(tool.request.model_fields) | {"detail"}
         for name, prop in schema["properties"].items():
-            assert prop.get("description"), f"{tool.name}.{name} has no description"
+            if "$ref" in prop:  # a shared definition (on/off switches, sizes) carries the description
+                prop = schema["$defs"][prop["$ref"].rsplit("/", 1)[-1]]
+            assert prop.get("description") or prop.get("enum"), f"{tool.name}.{name} has no description"
         assert mcp_tool.output_schema["type"] == "object"
         assert set(mcp_tool.output_schema["properties"]) == set(tool.result.model_fields)
         a = mcp_tool.annotations
@@ -78,7 +81,10 @@ async def test_valid_calls_return_the_engine_result(name, arguments, expected):
     assert {k: data[k] for k in expected} == expected
     tool = TOOLS_BY_NAME[name]
     assert data == tool.call(arguments).model_dump(mode="json")  # the server adds nothing of its own
-    assert json.loads(result.content[0].text) == data
+    assert result.content[0].text.startswith(f"{name}: ")  # the default text is the summary
+    async with Client(server) as client:
+        full = await client.call_tool(name, {**arguments, "detail": "full"})
+    assert full.structured_content == data and json.loads(full.content[0].text) == data
 
 
 def test_every_tool_has_a_value_checked_call():

@@ -140,6 +140,11 @@ def tools_markdown() -> str:
         "arguments below as flat, typed arguments, and the CLI as `moe-lc <command>` with `--dashed-flags` "
         "(booleans as `--x/--no-x`, lists comma-separated, `--json` for the result object).",
         "",
+        "Over MCP every tool also takes `detail`: `summary` (the default) makes the text content a short "
+        "summary (the verdict, the key numbers, every error with its fix), `full` makes it the result as JSON; "
+        "`structuredContent` is the complete result either way. The argument descriptions below are the long "
+        "form of the few words `tools/list` sends.",
+        "",
     ]
     for tool in TOOLS:
         out += [

@@ -45,10 +45,9 @@ TOOLS: tuple[Tool, ...] = (
         command="size-cp",
         title="Size context parallelism",
         description=(
-            "Context-parallel size and cp_comm_type for a model at a sequence length: the smallest power-of-two CP "
-            "reaching the tokens-per-(TP x CP)-shard target (4096 on 8-GPU NVLink, 8192 on NVL72) that every "
-            "Megatron/TE rule accepts (seq % 2CP, seq % CP*TP with SP, a2a head limits, MLA/sliding-window/sink "
-            "comm-type limits, Gated DeltaNet heads). Use it first when planning any long-context run."
+            "Context-parallel size and cp_comm_type for a model at a sequence length: the smallest legal "
+            "power-of-two CP near 4096 tokens per TP x CP shard (8192 on NVL72). Use first when planning long "
+            "context. Returns cp, comm type, tokens per shard, alternatives."
         ),
         request=SizeCpRequest,
         result=SizeCpResult,
@@ -59,11 +58,9 @@ TOOLS: tuple[Tool, ...] = (
         command="check-dp-budget",
         title="Check the parallel layout and DP budget",
         description=(
-            "Checks a TP/CP/PP/VPP/EP/ETP layout on a GPU count under MoE parallel folding (TP*CP*DP*PP = world "
-            "and ETP*EP*EDP*PP = world, not the product rule), heads and experts against TP and EP, the pipeline "
-            "split (layout strings, account-for flags, uneven stages) and GBS/MBS/microbatches. Returns DP, EDP, "
-            "microbatches, min_gpus, findings with fixes, and the nearest accepted layouts. Use it on every layout "
-            "before recommending it."
+            "Checks a TP/CP/PP/VPP/EP/ETP layout on a GPU count under MoE parallel folding (not the product "
+            "rule), with the pipeline split and batch. Use on every layout before recommending it. Returns DP, "
+            "EDP, microbatches, min_gpus, findings with fixes, nearest valid layouts."
         ),
         request=CheckDpBudgetRequest,
         result=CheckDpBudgetResult,
@@ -74,11 +71,9 @@ TOOLS: tuple[Tool, ...] = (
         command="validate-cuda-graphs",
         title="Validate a CUDA-graph setting",
         description=(
-            "Whether a cuda_graph_impl / cuda_graph_modules setting can capture with this model and config "
-            "(Megatron Core 0.19 names): dropless MoE (moe_router + moe_preprocess only; moe needs drop-and-pad), "
-            "moe vs moe_router, mlp on all-MoE models, recompute and activation-offload interplay, full_iteration "
-            "rules, packed sequences, expandable_segments. Returns the static shapes captured and what must stay "
-            "fixed. Use it before enabling CUDA graphs."
+            "Whether a cuda_graph_impl / cuda_graph_modules setting captures with this model and config (dropless "
+            "MoE, recompute, offload, packed sequences). Use before enabling CUDA graphs. Returns validity, "
+            "captured static shapes, what must stay fixed."
         ),
         request=ValidateCudaGraphsRequest,
         result=ValidateCudaGraphsResult,
@@ -89,12 +84,9 @@ TOOLS: tuple[Tool, ...] = (
         command="estimate-memory",
         title="Estimate per-rank GPU memory",
         description=(
-            "Per-rank GPU memory of a full training configuration for the first, last and most loaded pipeline "
-            "stages, by component: BF16 parameters, gradients, optimizer states (distributed optimizer over DP x CP "
-            "and EDP, precision-aware optimizer, CPU offload), FP8 weight caches, activations per layer type (GQA, "
-            "MLA, Gated DeltaNet, dense MLP, MoE) with recompute and offload, in-flight microbatches under 1F1B and "
-            "interleaved 1F1B, MTP, logits, dispatcher buffers, CUDA-graph buffers and a stated overhead. Returns "
-            "peak_gib, whether it fits the GPU, and every assumption. Use it on any layout before recommending it."
+            "Per-rank GPU memory of a full training config for the first, last and most loaded PP stages, by "
+            "component (weights, grads, optimizer, activations, buffers, overhead). Use on any layout before "
+            "recommending it. Returns peak_gib, fits, headroom, breakdown, assumptions."
         ),
         request=EstimateMemoryRequest,
         result=EstimateMemoryResult,
@@ -105,12 +97,9 @@ TOOLS: tuple[Tool, ...] = (
         command="pick-recompute",
         title="Pick activation recompute",
         description=(
-            "The cheapest real Megatron Core 0.19 recompute setting that makes a configuration fit its GPU: "
-            "output-discarding layernorm, moe_act, mla_up_proj first, then mlp, shared_experts, moe, full recompute "
-            "last (with full_iteration graphs when graphs are on); never core_attn. Every candidate passes the "
-            "engine's rule checks. Returns the labels, peak before/after, the Megatron-Bridge keys and Megatron-LM "
-            "flags, and when nothing fits the next steps (optimizer CPU offload, more CP/TP, more PP, smaller MBS) "
-            "with the GiB each buys."
+            "The cheapest Megatron Core 0.19 recompute labels that make a config fit its GPU, full recompute "
+            "last. Use when estimate_memory says it does not fit. Returns the labels, peak before/after, Bridge "
+            "overrides, Megatron-LM flags, next steps when nothing fits."
         ),
         request=PickRecomputeRequest,
         result=PickRecomputeResult,
@@ -121,13 +110,9 @@ TOOLS: tuple[Tool, ...] = (
         command="lint",
         title="Lint a launch configuration",
         description=(
-            "Checks a whole configuration as users have it - Megatron-LM launch arguments (a script, with "
-            "continuations, comments and VAR=value), Megatron Bridge key=value overrides, or a ConfigContainer-shaped "
-            "object - against every rule at once: layout and budget, CP, pipeline split, batch, recompute labels, "
-            "CUDA graphs, dispatcher, precision against the GPU, optimizer offload prerequisites. Findings name the "
-            "flag or key; unknown Megatron-LM flags are errors, flags the engine does not model are listed as not "
-            "checked. Returns a corrected configuration in the same dialect and in the other one. Use it on any "
-            "launch script or override list a user pastes."
+            "Checks a pasted Megatron-LM launch script, Bridge key=value overrides or ConfigContainer object "
+            "against every rule at once. Use on any config a user pastes. Returns findings naming the flag or "
+            "key, what is not checked, a corrected config in both dialects."
         ),
         request=LintConfigRequest,
         result=LintConfigResult,
@@ -138,12 +123,10 @@ TOOLS: tuple[Tool, ...] = (
         command="plan",
         title="Plan a long-context MoE layout",
         description=(
-            "From model, GPU, GPU count, sequence length (and optionally global batch, precision, dispatcher) to "
-            "ranked complete plans: TP/CP/PP/VPP/EP/ETP/MBS with a pipeline split Megatron accepts, cp_comm_type, "
-            "recompute chosen by pick_recompute, optimizer offload if needed, dispatcher and precision, each "
-            "passing every engine rule and fitting memory, with estimated memory per stage, model TFLOP/s per GPU "
-            "and MFU, the reasons for the ranking, and the Megatron-LM flags and Bridge overrides. Use it when a "
-            "user asks for a layout from scratch."
+            "Ranked complete plans for model, GPU, GPU count and sequence length: layout, split, cp_comm_type, "
+            "recompute, offload, dispatcher, precision, each passing every rule and fitting memory. Use for a "
+            "layout from scratch. Returns plans (memory, TFLOP/s, flags, overrides), the published layout "
+            "compared."
         ),
         request=PlanLayoutRequest,
         result=PlanLayoutResult,

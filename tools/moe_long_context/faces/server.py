@@ -1,8 +1,9 @@
 """MCP face: every tool of the registry as an MCP tool, over stdio or streamable HTTP.
 
 The tools are generated from ``registry.TOOLS``: a tool's arguments are the fields of its request model
-(flat, with their descriptions and bounds), its output schema is the result model, and the result goes
-out as structured content (and the same JSON as text). A tool added to the registry appears here with
+(flat, with short descriptions, see ``schemas``) plus ``detail``, its output schema is the result model's
+shape, and the result goes out as structured content, with a short summary as text (``summary``) or, with
+``detail='full'``, the same JSON as text. A tool added to the registry appears here with
 no edit. Resources (catalogs, rule table, representative layouts, the skill text) and the planning
 prompt (with completion of model and GPU ids) are in ``server_content``.
 
@@ -30,7 +31,9 @@ from pydantic import ValidationError
 from .. import __version__
 from ..errors import InputError, describe_validation_error
 from .registry import TOOLS, TOOLS_BY_NAME, Tool
+from .schemas import compact_input_schema, compact_output_schema
 from .server_content import INSTRUCTIONS, SKILL_NAME, add_completions, add_prompts, add_resources
+from .summary import summarize
 
 SERVER_NAME = SKILL_NAME
 MAX_ARGUMENTS_BYTES = 256 * 1024  # a request is a few hundred bytes; an inline config.json a few KiB
@@ -44,6 +47,21 @@ READ_ONLY = ToolAnnotations(
 logger = logging.getLogger(__name__)
 
 
+DETAIL = "detail"
+DETAIL_SCHEMA = {
+    "enum": ["summary", "full"],
+    "default": "summary",
+    "description": "Text content: a summary, or the result as JSON.",
+}
+
+
+def input_schema(tool: Tool) -> dict[str, Any]:
+    """The request model's fields, compacted, plus ``detail``, which only this face reads."""
+    schema = compact_input_schema(tool.request.model_json_schema())
+    schema["properties"][DETAIL] = DETAIL_SCHEMA
+    return schema
+
+
 @cache
 def tool_definition(tool: Tool) -> MCPTool:
     """The MCP description of a registry tool: flat input schema, result schema, read-only annotations."""
@@ -51,14 +69,18 @@ def tool_definition(tool: Tool) -> MCPTool:
         name=tool.name,
         title=tool.title,
         description=tool.description,
-        input_schema=tool.request.model_json_schema(),
-        output_schema=tool.result.model_json_schema(mode="serialization"),
+        input_schema=input_schema(tool),
+        output_schema=compact_output_schema(tool.result.model_json_schema(mode="serialization")),
         annotations=READ_ONLY,
     )
 
 
 def run_tool(tool: Tool, arguments: dict[str, Any]) -> CallToolResult:
     """Validate the arguments, run the tool, and wrap the result; every failure becomes a ToolError."""
+    arguments = dict(arguments)
+    detail = arguments.pop(DETAIL, "summary")
+    if detail not in DETAIL_SCHEMA["enum"]:
+        raise ToolError(f"{tool.name}: detail={detail!r} is not allowed: one of 'summary', 'full'")
     try:
         request = tool.request.model_validate(arguments)
     except ValidationError as exc:
@@ -74,7 +96,26 @@ def run_tool(tool: Tool, arguments: dict[str, Any]) -> CallToolResult:
             "(an engine bug, not a problem with the arguments; please report it with the arguments)"
         ) from exc
     data = result.model_dump(mode="json")
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
+    # MCP 2025-06-18 and 2025-11-25, server/tools, "Structured Content": "For backwards compatibility, a
+    # tool that returns structured content SHOULD also return the serialized JSON in a TextContent block",
+    # and with an outputSchema "Servers MUST provide structured results that conform to this schema".
+    # structuredContent is therefore always the complete result, checked against the output schema; the
+    # serialized JSON is the text with detail='full', the spec's recommendation to the letter. The default
+    # text (detail='summary') departs from that SHOULD on purpose: clients that hand the model the text
+    # block (Claude Code among them) would otherwise put every byte of the result into the agent's context,
+    # while a client that reads only text still gets the verdict, the key numbers and every error with its
+    # fix, and can ask for detail='full'.
+    text = json.dumps(data) if detail == "full" else _summary(tool, data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _summary(tool: Tool, data: dict[str, Any]) -> str:
+    """The summary text; should it fail (a bug), the result still goes out, with its JSON as the text."""
+    try:
+        return summarize(tool.name, data)
+    except Exception:
+        logger.exception("Summary of %s failed; sending the JSON as text", tool.name)
+        return json.dumps(data)
 
 
 def _check_size(name: str, arguments: dict[str, Any]) -> None:

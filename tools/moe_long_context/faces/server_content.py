@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
-from mcp.types import Completion
+from mcp.types import INVALID_PARAMS, Completion
+from pydantic import Field
 
 from ..engine.representative import representative_layouts
 from ..engine.rules import rule_table
@@ -29,7 +31,9 @@ INSTRUCTIONS = (
     "check_dp_budget on every layout before recommending it (MoE parallel folding: the product of all "
     "parallel sizes may exceed the GPU count). An 'error' finding is a rule Megatron enforces, with its "
     "source; quote the fixes the tools give instead of guessing. Resources hold the model and GPU catalogs, "
-    "the rule table and checked representative layouts."
+    "the rule table and checked representative layouts. A tool's text is a short summary (verdict, key "
+    "numbers, errors with fixes); structuredContent holds the complete result, and detail='full' puts it in "
+    "the text."
 )
 
 
@@ -130,11 +134,39 @@ def add_resources(server: MCPServer) -> None:
         return skill_text()
 
 
-def planning_prompt(model: str = "", gpu: str = "", num_gpus: str = "", seq_len: str = "") -> str:
+PROMPT_NAME = "plan_long_context_moe"
+ModelArg = Annotated[
+    str, Field(description="Catalog model id or alias, e.g. deepseek-v3 (completion lists them).")
+]
+GpuArg = Annotated[str, Field(description="GPU catalog id: h100, h200, b200, b300, gb200 or gb300.")]
+GpusArg = Annotated[str, Field(description="GPUs in the job, a whole number, e.g. 256.")]
+SeqArg = Annotated[str, Field(description="Sequence length in tokens, a whole number, e.g. 131072.")]
+
+
+def _whole_number(name: str, value: Any) -> str:
+    """A prompt argument that must be a positive whole number; anything else is refused, echoed as given."""
+    text = value.strip() if isinstance(value, str) else value
+    if text == "":
+        return ""
+    if not isinstance(text, str) or not text.isdigit() or int(text) < 1:
+        raise MCPError(
+            INVALID_PARAMS, f"{PROMPT_NAME}: {name}={value!r} is not allowed: a positive whole number"
+        )
+    return str(int(text))
+
+
+def planning_prompt(
+    model: ModelArg = "", gpu: GpuArg = "", num_gpus: GpusArg = "", seq_len: SeqArg = ""
+) -> str:
     """The planning procedure for agents that do not load skills; tools are listed from the registry."""
-    given = {"model": model, "gpu": gpu, "num_gpus": num_gpus, "seq_len": seq_len}
-    request = ", ".join(f"{k}={v}" for k, v in given.items() if v.strip()) or "nothing given yet"
-    missing = [k for k, v in given.items() if not v.strip()]
+    given = {
+        "model": model.strip(),
+        "gpu": gpu.strip(),
+        "num_gpus": _whole_number("num_gpus", num_gpus),
+        "seq_len": _whole_number("seq_len", seq_len),
+    }
+    request = ", ".join(f"{k}={v}" for k, v in given.items() if v) or "nothing given yet"
+    missing = [k for k, v in given.items() if not v]
     tools = "\n".join(f"- `{tool.name}` ({tool.title}): {tool.description}" for tool in TOOLS)
     ask = f"Ask the user for {', '.join(missing)} first.\n" if missing else ""
     return f"""Plan a long-context Mixture-of-Experts training run on Megatron Bridge / Megatron Core.
@@ -160,7 +192,7 @@ remaining warning and its fix, and the Megatron Bridge overrides to set.
 
 def add_prompts(server: MCPServer) -> None:
     server.prompt(
-        name="plan_long_context_moe",
+        name=PROMPT_NAME,
         title="Plan long-context MoE training",
         description="Step-by-step planning of a long-context MoE run with this server's tools "
         "(for agents that do not load the skill).",

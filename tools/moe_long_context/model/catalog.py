@@ -27,15 +27,40 @@ def _read_yaml(*parts: str) -> Any:
 
 
 @cache
-def _model_presets() -> dict[str, ModelSpec]:
-    presets: dict[str, ModelSpec] = {}
+def _preset_files() -> dict[str, Any]:
+    """Preset files by id: a preset's file is named after its id (``deepseek-v3.yaml``)."""
     folder = resources.files(__package__).joinpath("presets")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".yaml"):
-            continue
-        spec = _preset_spec(yaml.safe_load(entry.read_text()))
-        presets[spec.id] = spec
-    return presets
+    return {e.name.removesuffix(".yaml"): e for e in sorted(folder.iterdir(), key=lambda e: e.name)
+            if e.name.endswith(".yaml")}  # fmt: skip
+
+
+def _header(text: str) -> dict[str, Any]:
+    """The top-level ``id`` and ``aliases`` of a preset, parsed without the rest of the file."""
+    keep, lines = False, []
+    for line in text.splitlines():
+        if line and not line[0].isspace() and not line.startswith("-"):
+            keep = line.startswith(("id:", "aliases:"))
+        if keep:
+            lines.append(line)
+    return yaml.safe_load("\n".join(lines)) or {}
+
+
+@cache
+def _load_preset(model_id: str) -> ModelSpec:
+    """One preset, converted from its config.json keys on first use (the catalog grows; a lookup reads one
+    file)."""
+    entry = _preset_files()[model_id]
+    data = yaml.safe_load(entry.read_text())
+    if data["id"] != model_id:
+        raise ValueError(
+            f"model preset {entry.name} has id {data['id']!r}: a preset file is named after its id"
+        )
+    return _preset_spec(data)
+
+
+def _model_presets() -> dict[str, ModelSpec]:
+    """Every preset, converted (listing the catalog needs them all; a lookup does not)."""
+    return {model_id: _load_preset(model_id) for model_id in _preset_files()}
 
 
 def _preset_spec(data: Mapping[str, Any]) -> ModelSpec:
@@ -71,10 +96,12 @@ def _preset_spec(data: Mapping[str, Any]) -> ModelSpec:
 
 @cache
 def _alias_index() -> dict[str, str]:
+    """Lower-case id and aliases -> id, from each preset's header alone."""
     index: dict[str, str] = {}
-    for spec in _model_presets().values():
-        for name in (spec.id, *spec.aliases):
-            index[name.lower()] = spec.id
+    for model_id, entry in _preset_files().items():
+        header = _header(entry.read_text())
+        for name in (model_id, *header.get("aliases", ())):
+            index[str(name).lower()] = model_id
     return index
 
 
@@ -103,7 +130,7 @@ def gpus() -> list[GpuSpec]:
 
 
 def model_ids() -> list[str]:
-    return sorted(_model_presets())
+    return sorted(_preset_files())
 
 
 def gpu_ids() -> list[str]:
@@ -126,7 +153,7 @@ def load_model(model: str | Mapping[str, Any] | ModelSpec, field: str = "model")
     key = model.strip().lower()
     index = _alias_index()
     if key in index:
-        return _model_presets()[index[key]]
+        return _load_preset(index[key])
     if key.endswith(".json"):
         return spec_from_hf_config(model)
     if key.endswith((".yaml", ".yml")):
