@@ -13,9 +13,9 @@ from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from ..model.catalog import load_model
 from ..model.specs import GpuSpec, ModelSpec
-from .plan_evaluate import Evaluated, _offloaded_state_bytes
+from .plan_evaluate import Evaluated
 from .plan_models import PlanLayoutRequest, ReferenceComparison
-from .plan_search import _vpp_from_layout, recompute_fraction, seconds_per_token
+from .plan_search import _vpp_from_layout, seconds_per_token
 
 
 def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[tuple[Any, Evaluated | None]]:
@@ -36,7 +36,7 @@ def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[
         evaluated = None
         if mm is not None:
             peak = mm.peak_rank.total
-            step = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
+            step = step_time(ctx)
             evaluated = Evaluated(cfg, ctx, peak, step, found, [f"published layout: {layout.title}"])
         out.append((layout, evaluated))
     return out

@@ -18,24 +18,7 @@ from ..model.specs import GpuSpec, ModelSpec
 from .estimate_memory import breakdown
 from .pick_recompute import Picker
 from .plan_models import Plan, PlanLayoutRequest, PlanMemory, PlanThroughput
-from .plan_search import Candidate, _settings, recompute_fraction
-
-
-def _offloaded_state_bytes(ctx: Context) -> float:
-    from ..engine.step_time import _params_per_rank
-
-    if not ctx.cfg.optimizer_cpu_offload_fraction:
-        return 0.0
-    dense, expert = 0.0, 0.0
-    split = ctx.split.split
-    layers = list(range(ctx.model.num_layers // max(1, ctx.cfg.pp)))
-    if split is not None:
-        layers = list(range(max(split.decoders_per_rank)))
-    dense, expert = _params_per_rank(ctx, layers)
-    shard = max(1, (ctx.layout.dp or 1) * ctx.cfg.cp)
-    return (
-        12 * ctx.cfg.optimizer_cpu_offload_fraction * (dense / shard + expert / max(1, ctx.layout.edp or 1))
-    )
+from .plan_search import Candidate, _settings
 
 
 @dataclass
@@ -78,7 +61,7 @@ def evaluate(
     found = run(ctx)
     if has_errors(found):
         return None
-    st = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
+    st = step_time(ctx)
     return Evaluated(cfg, ctx, best.peak, st, found, notes)
 
 

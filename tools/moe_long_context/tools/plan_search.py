@@ -11,9 +11,9 @@ from ..engine.config import TrainingConfig
 from ..engine.context import Context
 from ..engine.pipeline import propose_splits
 from ..engine.rules.cp import shard_target
-from ..engine.step_time import step_time
+from ..engine.step_time import Recompute, step_time
 from ..memory.terms import GIB
-from ..model.params import attention_params, mlp_params, model_params, spec_cache
+from ..model.params import model_params, spec_cache
 from ..model.specs import GpuSpec, ModelSpec
 from .plan_models import PlanLayoutRequest
 from .size_cp import _constraint_problems, comm_type_for, powers_of_two
@@ -264,7 +264,7 @@ def cheap_bounds(cands: list[Candidate], model, gpu, req, base) -> list[tuple[Ca
             continue
         if memory_floor(ctx) > usable:
             continue  # cannot fit whatever recompute and offload do
-        bound = seconds_per_token(step_time(ctx))
+        bound = seconds_per_token(step_time(ctx, Recompute(), 0.0))
         out.append((Candidate(**{**cand.__dict__, "bound_s": bound}), ctx))
     return out
 
@@ -274,60 +274,23 @@ def refined_bound(ctx: Context, req: PlanLayoutRequest) -> float | None:
     Never below the cheap bound: recompute and offload only add time."""
     usable = ctx.gpu.usable_hbm_gib * GIB
     f = forecast_memory(ctx)
-    fraction, offload, static = 0.0, 0.0, f.static
+    recompute, offload, static = Recompute(), 0.0, f.static
     if req.allow_optimizer_offload and f.static + f.full > usable:
         static, offload = f.static_offloaded, f.static - f.static_offloaded
     if static + f.none > usable:
         if static + f.selective <= usable:
-            fraction = recompute_fraction_of(ctx, _applicable_labels(ctx))
+            recompute = Recompute.selective(_applicable_labels(ctx))
         elif static + f.full <= usable:
-            fraction = 1.0
+            recompute = Recompute("full")
         else:
             return None
-    return seconds_per_token(step_time(ctx, fraction, offload))
+    return seconds_per_token(step_time(ctx, recompute, offload))
 
 
-# --------------------------------------------------------------------------- evaluation
-
-
-def recompute_fraction(ctx: Context) -> float:
-    """Share of the decoder layers' forward compute replayed in backward by the recompute setting."""
-    c = ctx.cfg
-    if c.recompute_granularity is None:
-        return 0.0
-    if c.recompute_granularity == "full":
-        return 1.0
-    return recompute_fraction_of(ctx, set(ctx.recompute_modules))
-
-
-def _applicable_labels(ctx: Context) -> set[str]:
+def _applicable_labels(ctx: Context) -> list[str]:
     from .pick_recompute import _applicable
 
-    return set(_applicable(ctx))
-
-
-def recompute_fraction_of(ctx: Context, labels: set[str]) -> float:
-    """Share of the forward GEMM work the given selective labels replay."""
-    m = ctx.model
-    total = replay = 0.0
-    for i in range(m.num_layers):
-        attn, _ = attention_params(m, m.attention_layer_types[i])
-        shared, _, active, _ = mlp_params(m, m.moe_layers[i])
-        layer = attn + shared + active
-        total += layer
-        if "mla_up_proj" in labels and m.is_mla:
-            n = m.num_attention_heads
-            replay += (m.q_lora_rank or 0) * n * (m.head_dim + (m.qk_pos_emb_head_dim or 0)) + (
-                m.kv_lora_rank or 0
-            ) * n * (m.head_dim + (m.v_head_dim or 0))
-        if "mlp" in labels and not m.moe_layers[i]:
-            replay += shared
-        if "shared_experts" in labels and m.moe_layers[i]:
-            replay += shared
-        if "moe" in labels and m.moe_layers[i]:
-            replay += active + shared
-        replay += 0.005 * layer * len(labels & {"layernorm", "moe_act", "gdn_norm_out"})
-    return min(1.0, replay / total) if total else 0.0
+    return _applicable(ctx)
 
 
 def _gbs(req: PlanLayoutRequest, dp: int, mbs: int, pp: int, vpp: int | None) -> int:
