@@ -83,6 +83,18 @@ QWEN3_OVERRIDES = [
 VALID_CALLS += [
     # the seed layout with its published recompute and offload: 52.863 GiB of 79.11 (tests/test_memory_*.py)
     ("estimate_memory", DSV3_128K, {"valid": True, "fits": True, "peak_gib": 52.863, "usable_gib": 79.11}),
+    # the seed at 64 microbatches: 135.07 s a step, 297.9 model TFLOP/s per GPU (15.05 % of the FP8 peak)
+    (
+        "estimate_throughput",
+        DSV3_128K,
+        {
+            "valid": True,
+            "step_s": 135.0686,
+            "tokens_per_step": 8388608,
+            "tflops_per_gpu": 297.9,
+            "mfu": 0.1505,
+        },
+    ),
     # without recompute and offload it needs 152.1 GiB; three labels bring it to 76.9
     (
         "pick_recompute",

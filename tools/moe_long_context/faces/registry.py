@@ -13,6 +13,11 @@ from pydantic import BaseModel
 
 from ..tools.check_dp_budget import CheckDpBudgetRequest, CheckDpBudgetResult, check_dp_budget
 from ..tools.estimate_memory import EstimateMemoryRequest, EstimateMemoryResult, estimate_memory
+from ..tools.estimate_throughput import (
+    EstimateThroughputRequest,
+    EstimateThroughputResult,
+    estimate_throughput,
+)
 from ..tools.lint_config import LintConfigRequest, LintConfigResult, lint_config
 from ..tools.pick_recompute import PickRecomputeRequest, PickRecomputeResult, pick_recompute
 from ..tools.plan_layout import PlanLayoutRequest, PlanLayoutResult, plan_layout
@@ -99,6 +104,18 @@ TOOLS: tuple[Tool, ...] = (
         request=EstimateMemoryRequest,
         result=EstimateMemoryResult,
         fn=estimate_memory,
+    ),
+    Tool(
+        name="estimate_throughput",
+        command="estimate-throughput",
+        title="Estimate step time and throughput",
+        description=(
+            "Step time, tokens/s and model TFLOP/s per GPU of a full configuration, term by term, with the "
+            "step-time model plan_layout ranks by, its assumptions and stated error. Use it on a user's layout."
+        ),
+        request=EstimateThroughputRequest,
+        result=EstimateThroughputResult,
+        fn=estimate_throughput,
     ),
     Tool(
         name="pick_recompute",
