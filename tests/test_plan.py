@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from moe_long_context.engine.config import TrainingConfig
 from moe_long_context.errors import InputError
@@ -97,22 +98,37 @@ def test_megatron_lm_plans_leave_vpp_to_the_layout_string():
 
 def test_more_overhead_gives_plans_with_that_much_more_headroom():
     job = dict(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=2)
-    default, roomy = plan(**job), plan(**job, overhead_gib=20.0)
+    default, roomy = plan(**job), plan(**job, overhead_gib=10.0)
     before = {p.layout: p for p in default.plans}
     same = [p for p in roomy.plans if p.layout in before]
-    assert same  # these jobs have room to spare: the layouts stay, each 14 GiB fuller than with 6 GiB
+    assert same  # these jobs have room to spare: the layouts stay, each 4 GiB fuller than with 6 GiB
     for p in roomy.plans:
-        assert p.settings["overhead_gib"] == 20.0
-        assert_plan_is_sound(p, "gb200", 128)  # estimate_memory with the same 20 GiB says it fits
-    for p in same:
-        assert p.memory.peak_gib == pytest.approx(before[p.layout].memory.peak_gib + 14.0, abs=1e-3)
+        assert p.settings["overhead_gib"] == 10.0
+        assert_plan_is_sound(p, "gb200", 128)  # estimate_memory with the same 10 GiB says it fits
+    unchanged = [p for p in same if _knobs(p) == _knobs(before[p.layout])]
+    assert unchanged  # same recompute and graphs: exactly 4 GiB fuller than with the default 6 GiB
+    for p in unchanged:
+        assert p.memory.peak_gib == pytest.approx(before[p.layout].memory.peak_gib + 4.0, abs=1e-3)
+
+
+def _knobs(p) -> dict:
+    return {k: v for k, v in p.settings.items() if k != "overhead_gib"}
 
 
 def test_bad_requests_are_refused():
     with pytest.raises(InputError, match="precision"):
         plan(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, precision="mxfp8")
-    with pytest.raises(InputError, match="num_gpus"):
-        plan(model="deepseek-v3", gpu="h100", num_gpus=3, seq_len=131072)
+    with pytest.raises(ValidationError, match="headroom"):
+        plan(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, headroom=0.9)
+
+
+def test_a_job_without_plans_says_why():
+    """Three H100 cannot hold DeepSeek-V3's weights at any layout: no plan, not valid, and the counts say why."""
+    r = plan(model="deepseek-v3", gpu="h100", num_gpus=3, seq_len=131072)
+    assert not r.valid and r.plans == []
+    assert r.no_plan_reason.startswith("every candidate was excluded")
+    assert r.excluded["memory: BF16 weights alone fill the GPU"] > 0
+    assert r.candidates == sum(r.excluded.values())
 
 
 def test_html_report_has_table_and_bars(tmp_path):

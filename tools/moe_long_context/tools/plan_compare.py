@@ -18,18 +18,30 @@ from .plan_models import PlanLayoutRequest, ReferenceComparison
 from .plan_search import _vpp_from_layout, seconds_per_token
 
 
-def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[tuple[Any, Evaluated | None]]:
-    """Published layouts for this exact job, evaluated like a plan (their own recompute and offload)."""
+def published_for(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[Any]:
+    """Published layouts (engine/layouts.yaml) for this exact job: model, GPU, GPU count and length."""
     from ..engine.representative import representative_layouts
 
+    job = (model.id, gpu.id, req.num_gpus, req.seq_len)
+    return [
+        layout
+        for layout in representative_layouts()
+        if (load_model(layout.config["model"]).id, layout.config["gpu"], layout.config["num_gpus"],
+            layout.config["seq_len"]) == job
+    ]  # fmt: skip
+
+
+def _references(
+    model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, gbs: int
+) -> list[tuple[Any, Evaluated | None]]:
+    """Published layouts for this exact job at the plans' global batch, evaluated like a plan (their own
+    recompute and offload)."""
     out = []
-    for layout in representative_layouts():
-        c = layout.config
-        if (load_model(c["model"]).id, c["gpu"], c["num_gpus"], c["seq_len"]) != (
-            model.id, gpu.id, req.num_gpus, req.seq_len
-        ):  # fmt: skip
-            continue
-        cfg = TrainingConfig(**_vpp_from_layout({**c, "launcher": req.launcher}))
+    for layout in published_for(model, gpu, req):
+        c = {**layout.config, "gbs": gbs, "launcher": req.launcher}
+        if req.overhead_gib is not None:
+            c["overhead_gib"] = req.overhead_gib
+        cfg = TrainingConfig(**_vpp_from_layout(c))
         ctx = Context(cfg=cfg, model=model, gpu=gpu)
         found = run(ctx)
         mm = memory_model(ctx) if not has_errors(found) else None
@@ -47,17 +59,20 @@ def _same_plan(a: Evaluated, b: Evaluated) -> bool:
     return all(getattr(a.cfg, k) == getattr(b.cfg, k) for k in keys) and a.ctx.vpp == b.ctx.vpp
 
 
-def _compare(layout, e: Evaluated | None, found: list[Evaluated]) -> ReferenceComparison:
+def _compare(
+    layout, e: Evaluated | None, found: list[Evaluated], rank: int | None, budget: float
+) -> ReferenceComparison:
     base = dict(id=layout.id, title=layout.title, source=layout.source)
     if e is None:
         return ReferenceComparison(**base, layout="-", valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
-                                   rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
-    fits = e.peak <= e.ctx.gpu.usable_hbm_gib * GIB
-    rank = next((i + 1 for i, x in enumerate(found) if x is e), None) if fits else None
+                                   tokens_per_s=None, rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
+    fits = e.peak <= budget
+    rank = rank if fits else None
     top = found[0] if found else None
     if not fits:
         verdict = (
-            f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {e.ctx.gpu.usable_hbm_gib:g} GiB usable"
+            f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {budget / GIB:.1f} GiB budget "
+            f"({e.ctx.gpu.usable_hbm_gib:g} GiB usable less the headroom)"
         )
     elif top is None or top is e:
         verdict = "the published layout is the fastest plan found"
@@ -83,6 +98,7 @@ def _compare(layout, e: Evaluated | None, found: list[Evaluated]) -> ReferenceCo
         fits=fits,
         peak_gib=round(e.peak / GIB, 2),
         tflops_per_gpu=round(e.step.tflops_per_gpu, 1),
+        tokens_per_s=round(e.step.tokens_per_step / e.step.step_s, 1),
         rank=rank,
         verdict=verdict,
     )

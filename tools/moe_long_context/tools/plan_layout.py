@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import heapq
 
-from ..engine.findings import Finding
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
+from ..engine.step_time import STATED_ERROR
 from ..errors import InputError
+from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
-from .plan_compare import _compare, _references, _same_plan
+from .plan_compare import _compare, _references, _same_plan, published_for
 from .plan_evaluate import Evaluated, _plan, evaluate
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
 from .plan_search import (
+    MAX_TP,
+    budget,
     cheap_bounds,
     default_dispatcher,
+    default_gbs,
     default_precision,
     enumerate_candidates,
     refined_bound,
@@ -40,12 +44,18 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     precision = req.precision or default_precision(gpu)
     if precision != "bf16" and precision not in gpu.quant_recipes:
         raise InputError("precision", precision, f"one of {[*gpu.quant_recipes, 'bf16']} on {gpu.id}")
+    published = published_for(model, gpu, req)
+    gbs = req.gbs or (published[0].config["gbs"] if published else default_gbs(req.seq_len))
+    source = (
+        "the request's" if req.gbs else "the published layout's" if published else "the default 2^23 tokens"
+    )
     mtp = model.mtp_num_layers
     base = {
         "model": model.id if model.id != "custom" else req.model,
         "gpu": gpu.id,
         "num_gpus": req.num_gpus,
         "seq_len": req.seq_len,
+        "gbs": gbs,
         "precision": precision,
         "dispatcher": req.dispatcher or default_dispatcher(gpu),
         "launcher": req.launcher,
@@ -54,60 +64,134 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         base["overhead_gib"] = req.overhead_gib
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
-    bounded = cheap_bounds(enumerate_candidates(model, gpu, req, mtp), model, gpu, req, base)
-    if not bounded:
-        raise InputError(
-            "num_gpus",
-            req.num_gpus,
-            f"a GPU count that some TP x CP x PP and EP x PP factor for {model.name}",
-        )
+    excluded: dict[str, int] = {}
+    enumerated = enumerate_candidates(model, gpu, req, mtp, gbs, excluded)
+    total = len(enumerated) + sum(excluded.values())  # every layout tried, before any exclusion
+    bounded = cheap_bounds(enumerated, model, gpu, req, base, excluded)
+    references = _references(model, gpu, req, gbs)
+    limit = budget(gpu, req)
+    # The search must reach every candidate that could beat the published layout, whatever top_n is, so that
+    # the published layout's rank does not depend on how many plans are asked for.
+    ref_times = [seconds_per_token(e.step) for _, e in references if e is not None and e.peak <= limit]
     # Best-first search: a candidate is first ranked by its cheap bound, then by the bound its memory forecast
     # implies, and only then evaluated in full; bounds only grow, so the search can stop as soon as the best
-    # remaining bound cannot beat the N-th plan found.
+    # remaining bound can neither beat the N-th plan found nor the published layout.
     heap = [(cand.bound_s, i, False) for i, (cand, _) in enumerate(bounded)]
     heapq.heapify(heap)
     found: list[Evaluated] = []
     evaluated = 0
     while heap and evaluated < MAX_EVALUATED:
         bound, i, refined = heapq.heappop(heap)
-        if (
-            len(found) >= req.top_n
-            and bound >= sorted(seconds_per_token(e.step) for e in found)[req.top_n - 1]
-        ):
+        if bound >= max([_nth_group_time(found, req.top_n), *ref_times]):
+            heap.append((bound, i, refined))
             break
         cand, ctx = bounded[i]
         if not refined:
             better = refined_bound(ctx, req)
             if better is not None:
                 heapq.heappush(heap, (max(better, bound), i, True))
+            else:
+                _count(excluded, "memory: forecast over the budget even with full recompute and offload")
             continue
         evaluated += 1
         e = evaluate(cand, model, gpu, req, base)
-        if e is not None:
+        if isinstance(e, str):
+            _count(excluded, e)
+        else:
             found.append(e)
-    candidates = bounded
-    references = _references(model, gpu, req)
+    if heap:
+        _count(excluded, "search: bound cannot beat the plans found (not evaluated)", len(heap))
     for _, evaluated_ref in references:
-        if evaluated_ref is not None and not any(_same_plan(evaluated_ref, e) for e in found):
+        fits = evaluated_ref is not None and evaluated_ref.peak <= limit
+        if fits and not any(_same_plan(evaluated_ref, e) for e in found):
             found.append(evaluated_ref)
     found.sort(key=lambda e: seconds_per_token(e.step))
-    best = found[0] if found else None
-    plans = [_plan(i + 1, e, best) for i, e in enumerate(found[: req.top_n])]
-    findings: list[Finding] = []
+    groups = _vpp_groups(found)
+    best = groups[0][0] if groups else None
+    plans = [
+        _plan(
+            i + 1,
+            g[0],
+            best,
+            g[1:],
+            seconds_per_token(g[0].step) <= seconds_per_token(best.step) * (1 + STATED_ERROR),
+        )
+        for i, g in enumerate(groups[: req.top_n])
+    ]
+    reason = None if plans else _no_plan_reason(excluded, len(enumerated), gbs, req)
     return PlanLayoutResult(
+        valid=bool(plans),
+        gbs=gbs,
+        headroom=req.headroom,
+        no_plan_reason=reason,
+        excluded=dict(sorted(excluded.items(), key=lambda kv: -kv[1])),
         plans=plans,
-        references=[_compare(layout, e, found) for layout, e in references],
-        candidates=len(candidates),
+        references=[_compare(layout, e, found, _group_rank(e, groups), limit) for layout, e in references],
+        candidates=total,
         evaluated=evaluated,
         feasible=len(found),
         assumptions=[
-            "Candidates: TP a power of two up to the NVLink domain (8 at most), CP powers of two the sequence and "
-            "attention allow, PP powers of two with a split Megatron accepts, VPP from {1, 2, 3, 4, 6, 8, 12}, EP "
-            "powers of two dividing the experts, ETP 1, MBS 1 (and 2 up to 8K tokens), sequence parallelism with "
-            "TP > 1, cp_comm_type as size_cp chooses.",
-            f"Memory: pick_recompute per candidate, then optimizer CPU offload if allowed; a plan must fit "
-            f"{gpu.usable_hbm_gib} GiB with the memory model's overhead.",
+            f"Global batch: {gbs} sequences for every plan and the published layout ({source}).",
+            f"Candidates: TP a power of two up to min(NVLink domain, {MAX_TP}), CP powers of two the sequence and "
+            "attention allow, PP every divisor of the world / (TP x CP) with a split Megatron accepts, VPP from "
+            "{1, 2, 3, 4, 6, 8, 12}, EP powers of two dividing the experts, ETP 1, MBS 1 (and 2 up to 8K "
+            "tokens), sequence parallelism with TP > 1, cp_comm_type as size_cp chooses.",
+            f"Memory: pick_recompute (cheapest set by recompute time) per candidate, then optimizer CPU offload if "
+            f"allowed; a plan must fit {gpu.usable_hbm_gib} GiB less {req.headroom:.0%} headroom "
+            f"({limit / GIB:.1f} GiB) with the memory model's overhead.",
+            "CUDA graphs: TE per-layer graphs of attn, moe_router and moe_preprocess where every rule accepts "
+            "them and the plan still fits; the step-time model gives them no credit (launch overheads are not "
+            "modelled).",
+            f"Ranking: tokens per second; plans within {STATED_ERROR:.0%} (the model's stated error) of the top "
+            "plan are ties; plans differing only in VPP (and the split) are one plan with vpp_variants.",
             *PERF_ASSUMPTIONS,
         ],
-        findings=findings,
+        findings=[],
     )
+
+
+def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:
+    excluded[reason] = excluded.get(reason, 0) + n
+
+
+def _group_key(e: Evaluated) -> tuple:
+    c = e.cfg
+    return (c.tp, c.cp, c.pp, c.ep, c.etp, c.mbs, c.recompute_granularity, tuple(c.recompute_modules or ()),
+            c.recompute_method, c.recompute_num_layers, c.optimizer_cpu_offload_fraction, c.cuda_graph_impl)  # fmt: skip
+
+
+def _vpp_groups(found: list[Evaluated]) -> list[list[Evaluated]]:
+    """Plans that differ only in VPP and the split, fastest first within and across groups."""
+    groups: dict[tuple, list[Evaluated]] = {}
+    for e in found:  # found is sorted fastest first
+        groups.setdefault(_group_key(e), []).append(e)
+    return list(groups.values())
+
+
+def _nth_group_time(found: list[Evaluated], n: int) -> float:
+    """Seconds per token of the n-th fastest distinct plan found (VPP variants count once); inf if fewer."""
+    best: dict[tuple, float] = {}
+    for e in found:
+        key, t = _group_key(e), seconds_per_token(e.step)
+        best[key] = min(best.get(key, t), t)
+    times = sorted(best.values())
+    return times[n - 1] if len(times) >= n else float("inf")
+
+
+def _group_rank(e: Evaluated | None, groups: list[list[Evaluated]]) -> int | None:
+    """1 + the distinct plans strictly faster than ``e`` (its own VPP group excluded)."""
+    if e is None:
+        return None
+    t = seconds_per_token(e.step)
+    own = _group_key(e)
+    return 1 + sum(1 for g in groups if _group_key(g[0]) != own and seconds_per_token(g[0].step) < t)
+
+
+def _no_plan_reason(excluded: dict[str, int], enumerated: int, gbs: int, req: PlanLayoutRequest) -> str:
+    if not excluded and not enumerated:
+        return (
+            f"no TP x CP x PP and EP x PP factor {req.num_gpus} GPUs for this model at {req.seq_len} tokens "
+            f"with GBS {gbs}"
+        )
+    counts = "; ".join(f"{k}: {v}" for k, v in sorted(excluded.items(), key=lambda kv: -kv[1]))
+    return f"every candidate was excluded ({counts})"

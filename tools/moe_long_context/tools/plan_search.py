@@ -46,9 +46,21 @@ def default_dispatcher(gpu: GpuSpec) -> str:
     return "alltoall"
 
 
+MAX_TP = 16  # TP beyond 16 leaves GEMM shards too thin to be worth it, even inside an NVL72 domain
+DEFAULT_TOKENS_PER_STEP = 2**23  # default global batch: 8M tokens a step (64 sequences of 128K)
+
+
+def default_gbs(seq_len: int) -> int:
+    return max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def _tp_options(model: ModelSpec, gpu: GpuSpec) -> list[int]:
     out = []
-    for tp in powers_of_two(min(8, gpu.nvlink_domain)):
+    for tp in powers_of_two(min(MAX_TP, gpu.nvlink_domain)):
         g = model.num_query_groups
         if model.num_attention_heads % tp == 0 and (g % tp == 0 or tp % g == 0):
             out.append(tp)
@@ -71,8 +83,11 @@ def _split_options(model: ModelSpec, pp: int, mtp: int, cache: dict) -> list[tup
     return cache[key]
 
 
-def enumerate_candidates(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, mtp: int) -> list[Candidate]:
-    """Layouts that factor the world, split the layers, suit the sequence, and could hold their weights."""
+def enumerate_candidates(
+    model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, mtp: int, gbs: int, excluded: dict[str, int]
+) -> list[Candidate]:
+    """Layouts that factor the world, split the layers, suit the sequence, take the global batch in whole
+    microbatches, and could hold their weights. What is left out is counted in ``excluded`` by reason."""
     world, seq = req.num_gpus, req.seq_len
     split_cache: dict = {}
     experts = [e for e in powers_of_two(min(model.num_experts, world)) if model.num_experts % e == 0]
@@ -81,25 +96,45 @@ def enumerate_candidates(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest,
     usable = gpu.usable_hbm_gib * GIB
     target = shard_target(gpu)
     out: list[Candidate] = []
+
+    def skip(reason: str, n: int = 1) -> None:
+        excluded[reason] = excluded.get(reason, 0) + n
+
     for tp in _tp_options(model, gpu):
         for cp in powers_of_two(world // tp):
+            if world % (tp * cp):
+                continue
             shard = seq // (tp * cp)
             if cp > 1 and not target // 8 <= shard <= target * 4:
-                continue  # far from the shard target: communication-bound or activation-bound
-            if _constraint_problems(model, seq, tp, cp, tp > 1, False, world):
+                skip("cp: tokens per TP x CP shard far from the target")
                 continue
-            for pp in (p for p in powers_of_two(world // (tp * cp)) if p <= max(1, model.num_layers // 2)):
-                if world % (tp * cp * pp):
+            if _constraint_problems(model, seq, tp, cp, tp > 1, False, world):
+                skip("cp: sequence or attention constraints")
+                continue
+            for pp in divisors(world // (tp * cp)):
+                if pp > max(1, model.num_layers // 2):
                     continue
                 splits = _split_options(model, pp, mtp, split_cache)
+                if not splits:
+                    skip("pipeline: no split of the layers over this PP")
+                    continue
+                dp = world // (tp * cp * pp)
                 for ep in experts:
-                    if world % (ep * pp) or ep * pp > world:
+                    if world % (ep * pp):
                         continue
                     # BF16 weights alone (a lower bound of any plan's memory) must leave room
                     if 2 * (dense_params / (tp * pp) + totals.experts / (ep * pp)) > 0.8 * usable:
+                        skip("memory: BF16 weights alone fill the GPU")
                         continue
                     for mbs in (1, 2) if seq <= 8192 else (1,):
+                        if gbs % (mbs * dp):
+                            skip(f"batch: gbs {gbs} not a multiple of MBS x DP")
+                            continue
+                        micro = gbs // (mbs * dp)
                         for vpp, settings in splits:
+                            if vpp and micro % pp:
+                                skip("batch: interleaving needs microbatches a multiple of PP")
+                                continue
                             out.append(
                                 Candidate(tp, cp, pp, vpp, ep, mbs, tuple(sorted(settings.items())), 0.0)
                             )
@@ -108,7 +143,6 @@ def enumerate_candidates(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest,
 
 def _settings(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict) -> dict:
     """The engine fields of a candidate before recompute and offload are chosen."""
-    dp = req.num_gpus // (cand.tp * cand.cp * cand.pp)
     comm, hierarchy, _ = comm_type_for(model, gpu, cand.tp, cand.cp)
     settings = {
         **base,
@@ -119,7 +153,7 @@ def _settings(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRe
         "ep": cand.ep,
         "etp": 1,
         "mbs": cand.mbs,
-        "gbs": _gbs(req, dp, cand.mbs, cand.pp, cand.vpp),
+        "gbs": base["gbs"],
         "sequence_parallel": cand.tp > 1,
         "cp_comm_type": comm,
         "hierarchical_cp_sizes": hierarchy,
@@ -253,17 +287,28 @@ def seconds_per_token(step) -> float:
     return step.step_s / step.tokens_per_step
 
 
-def cheap_bounds(cands: list[Candidate], model, gpu, req, base) -> list[tuple[Candidate, Context]]:
+def budget(gpu: GpuSpec, req: PlanLayoutRequest) -> float:
+    """Bytes a plan may use: the usable HBM less the headroom margin."""
+    return gpu.usable_hbm_gib * GIB * (1 - req.headroom)
+
+
+def cheap_bounds(cands: list[Candidate], model, gpu, req, base, excluded) -> list[tuple[Candidate, Context]]:
     """Candidates with a split, whole microbatches and room for their weights, each with its time per token
     before recompute and offload (a lower bound of its plan's)."""
     out = []
-    usable = gpu.usable_hbm_gib * GIB
+    usable = budget(gpu, req)
     for cand in cands:
         ctx = Context(cfg=TrainingConfig(**_settings(cand, model, gpu, req, base)), model=model, gpu=gpu)
         if ctx.split.split is None or ctx.num_microbatches is None:
+            excluded["pipeline: no split of the layers over this PP"] = (
+                excluded.get("pipeline: no split of the layers over this PP", 0) + 1
+            )
             continue
         if memory_floor(ctx) > usable:
-            continue  # cannot fit whatever recompute and offload do
+            # cannot fit whatever recompute and offload do
+            key = "memory: over the budget even with full recompute and optimizer offload"
+            excluded[key] = excluded.get(key, 0) + 1
+            continue
         bound = seconds_per_token(step_time(ctx, Recompute(), 0.0))
         out.append((Candidate(**{**cand.__dict__, "bound_s": bound}), ctx))
     return out
@@ -272,7 +317,7 @@ def cheap_bounds(cands: list[Candidate], model, gpu, req, base) -> list[tuple[Ca
 def refined_bound(ctx: Context, req: PlanLayoutRequest) -> float | None:
     """Time per token with the recompute and offload the memory forecast says the layout needs (None: no fit).
     Never below the cheap bound: recompute and offload only add time."""
-    usable = ctx.gpu.usable_hbm_gib * GIB
+    usable = budget(ctx.gpu, req)
     f = forecast_memory(ctx)
     recompute, offload, static = Recompute(), 0.0, f.static
     if req.allow_optimizer_offload and f.static + f.full > usable:
@@ -291,9 +336,3 @@ def _applicable_labels(ctx: Context) -> list[str]:
     from .pick_recompute import _applicable
 
     return _applicable(ctx)
-
-
-def _gbs(req: PlanLayoutRequest, dp: int, mbs: int, pp: int, vpp: int | None) -> int:
-    if req.gbs is not None:
-        return req.gbs
-    return mbs * dp * 8 * pp
