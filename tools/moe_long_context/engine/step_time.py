@@ -146,6 +146,9 @@ class StepTime:
     mfu: float = 0.0
     mfu_denominator_tflops: float = 0.0
     bubble_fraction: float = 0.0
+    balanced_s: float = (
+        0.0  # the pipeline time with no bubble and perfectly even stages: a floor for any split
+    )
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -261,13 +264,20 @@ def step_time(
     in_node = min(ep_group, gpu.nvlink_domain) / ep_group if ep_group > 1 else 1.0
     dispatch_bytes = 1 if c.precision != "bf16" else 2
 
-    kinds: dict[tuple[str, bool], dict[str, float]] = {}
+    # Layers of a kind take the same time for the same parallel sizes and knobs, whatever the PP split: the
+    # planner asks for the same kinds thousands of times, so they are kept per model.
+    kinds = spec_cache(m).setdefault("layer_times", {})
+    knobs = (gpu.id, c.tp, c.cp, c.mbs, seq, sp, c.precision, lay.ep, lay.etp, c.dispatcher, c.ep_overlap,
+             c.cp_comm_type, tuple(c.hierarchical_cp_sizes or ()), rc)  # fmt: skip
 
     def kind_time(key: tuple[str, bool]) -> dict[str, float]:
         """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree."""
-        if key not in kinds:
-            kinds[key] = _layer_time(*key)
-        return kinds[key]
+        full_key = (key, knobs)
+        if full_key not in kinds:
+            if len(kinds) > 50_000:
+                kinds.clear()
+            kinds[full_key] = _layer_time(*key)
+        return kinds[full_key]
 
     def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
         attn_w, _ = attention_params(m, layer_type)
@@ -405,6 +415,7 @@ def step_time(
         mfu=tflops / mfu_denominator(gpu),
         mfu_denominator_tflops=mfu_denominator(gpu),
         bubble_fraction=bubble * t_mb / step if step else 0.0,
+        balanced_s=sum(stage_times) / c.pp * microbatches,
     )
     out.terms["pipeline_bubble"] = bubble * t_mb
     out.terms["dp_sync"] = dp_s
@@ -447,12 +458,18 @@ def kind_counts(model: ModelSpec, layers) -> tuple[tuple[tuple[str, bool], int],
 def _params_per_rank(ctx: Context, layers) -> tuple[float, float]:
     """(dense, expert) parameters one rank of the given PP stage holds."""
     c, lay, m = ctx.cfg, ctx.layout, ctx.model
-    first = {}
-    for i in range(m.num_layers):
-        first.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
-    dense = expert = 0.0
-    for k, n in kind_counts(m, layers):
-        lp = layer_params(m, first[k])
-        dense += n * ((lp.attention + lp.mlp) / c.tp + lp.replicated)
-        expert += n * lp.experts / (lay.ep * lay.etp)
-    return dense, expert
+    cache = spec_cache(m)
+    key = ("rank_param_sums", tuple(layers))
+    if key not in cache:
+        first: dict = {}
+        for i in range(m.num_layers):
+            first.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
+        sharded = replicated = experts = 0
+        for k, n in kind_counts(m, layers):
+            lp = layer_params(m, first[k])
+            sharded += n * (lp.attention + lp.mlp)
+            replicated += n * lp.replicated
+            experts += n * lp.experts
+        cache[key] = (sharded, replicated, experts)
+    sharded, replicated, experts = cache[key]
+    return sharded / c.tp + replicated, experts / (lay.ep * lay.etp)

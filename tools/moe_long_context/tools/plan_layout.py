@@ -29,6 +29,7 @@ from .plan_search import (
     default_gbs,
     default_precision,
     enumerate_candidates,
+    layout_floors,
     refined_bound,
     seconds_per_token,
 )
@@ -67,29 +68,42 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     excluded: dict[str, int] = {}
     enumerated = enumerate_candidates(model, gpu, req, mtp, gbs, excluded)
     total = len(enumerated) + sum(excluded.values())  # every layout tried, before any exclusion
-    bounded = cheap_bounds(enumerated, model, gpu, req, base, excluded)
+    floors = layout_floors(enumerated, model, gpu, req, base, excluded)
     references = _references(model, gpu, req, gbs)
     limit = budget(gpu, req)
     # The search must reach every candidate that could beat the published layout, whatever top_n is, so that
     # the published layout's rank does not depend on how many plans are asked for.
     ref_times = [seconds_per_token(e.step) for _, e in references if e is not None and e.peak <= limit]
-    # Best-first search: a candidate is first ranked by its cheap bound, then by the bound its memory forecast
-    # implies, and only then evaluated in full; bounds only grow, so the search can stop as soon as the best
-    # remaining bound can neither beat the N-th plan found nor the published layout.
-    heap = [(cand.bound_s, i, False) for i, (cand, _) in enumerate(bounded)]
+    # Best-first search over three stages, each a lower bound of the next: a layout's floor (no bubble, even
+    # stages), then each of its splits' time before recompute and offload, then the bound its memory forecast
+    # implies; only then a candidate is evaluated in full. The search stops as soon as the best remaining bound
+    # can neither beat the N-th plan found nor the published layout.
+    heap: list = [(floor, i, 0, members) for i, (floor, members) in enumerate(floors)]
     heapq.heapify(heap)
+    tie = len(heap)
     found: list[Evaluated] = []
+    fastest: dict[tuple, float] = {}  # per layout (TP, CP, PP, EP, MBS): its fastest plan found
     evaluated = 0
     while heap and evaluated < MAX_EVALUATED:
-        bound, i, refined = heapq.heappop(heap)
+        bound, _, stage, payload = heapq.heappop(heap)
         if bound >= max([_nth_group_time(found, req.top_n), *ref_times]):
-            heap.append((bound, i, refined))
+            heapq.heappush(heap, (bound, -1, stage, payload))
             break
-        cand, ctx = bounded[i]
-        if not refined:
+        if stage == 0:
+            for cand, ctx in cheap_bounds(payload, model, gpu, req, base, excluded):
+                tie += 1
+                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx)))
+            continue
+        cand, ctx = payload
+        layout = (cand.tp, cand.cp, cand.pp, cand.ep, cand.mbs)
+        if fastest.get(layout, float("inf")) <= bound:
+            _count(excluded, "search: another VPP of the same layout is faster (not evaluated)")
+            continue  # it cannot change its layout's place: plans differing only in VPP are one plan
+        if stage == 1:
             better = refined_bound(ctx, req)
             if better is not None:
-                heapq.heappush(heap, (max(better, bound), i, True))
+                tie += 1
+                heapq.heappush(heap, (max(better, bound), tie, 2, payload))
             else:
                 _count(excluded, "memory: forecast over the budget even with full recompute and offload")
             continue
@@ -99,8 +113,10 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             _count(excluded, e)
         else:
             found.append(e)
-    if heap:
-        _count(excluded, "search: bound cannot beat the plans found (not evaluated)", len(heap))
+            fastest[layout] = min(fastest.get(layout, float("inf")), seconds_per_token(e.step))
+    left = sum(len(p) if stage == 0 else 1 for _, _, stage, p in heap)
+    if left:
+        _count(excluded, "search: bound cannot beat the plans found (not evaluated)", left)
     for _, evaluated_ref in references:
         fits = evaluated_ref is not None and evaluated_ref.peak <= limit
         if fits and not any(_same_plan(evaluated_ref, e) for e in found):
@@ -155,9 +171,9 @@ def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:
 
 
 def _group_key(e: Evaluated) -> tuple:
+    """Plans of one layout that differ in VPP (and so in split, and possibly recompute) are one plan."""
     c = e.cfg
-    return (c.tp, c.cp, c.pp, c.ep, c.etp, c.mbs, c.recompute_granularity, tuple(c.recompute_modules or ()),
-            c.recompute_method, c.recompute_num_layers, c.optimizer_cpu_offload_fraction, c.cuda_graph_impl)  # fmt: skip
+    return (c.tp, c.cp, c.pp, c.ep, c.etp, c.mbs)
 
 
 def _vpp_groups(found: list[Evaluated]) -> list[list[Evaluated]]:
