@@ -190,3 +190,49 @@ def test_cli_reads_launches_from_files_and_stdin(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(script.read_text()))
     assert main([*args[:1], "--megatron-args", "-", *args[1:]]) in (0, 1)
     assert '"cp": 4' in capsys.readouterr().out
+
+
+def test_pp_over_every_divisor_gives_gpt_oss_120b_plans_on_48_h100():
+    """TP2 CP4 PP6 EP4 ran there; PP 3 and 6 are divisors of 48 that are not powers of two."""
+    r = plan(model="gpt-oss-120b", gpu="h100", num_gpus=48, seq_len=32768, top_n=5)
+    assert r.valid and r.plans
+    assert {p.settings["pp"] for p in r.plans} & {3, 6}
+    for p in r.plans:
+        assert_plan_is_sound(p, "h100", 48)
+
+
+def test_tp_goes_up_to_the_nvlink_domain():
+    from moe_long_context.model.catalog import load_gpu, load_model
+    from moe_long_context.tools.plan_search import enumerate_candidates
+
+    def tps(model, gpu, num_gpus):
+        req = PlanLayoutRequest(model=model, gpu=gpu, num_gpus=num_gpus, seq_len=131072)
+        m = load_model(model)
+        return {c.tp for c in enumerate_candidates(m, load_gpu(gpu), req, m.mtp_num_layers, 64, {})}
+
+    assert 16 in tps("kimi-k2", "gb200", 128)  # NVL72: Kimi-K2 ran TP16 on GB200
+    assert max(tps("deepseek-v3", "h100", 256)) == 8  # an 8-GPU NVLink domain
+
+
+def test_ties_are_within_the_stated_error_and_vpp_variants_are_one_plan():
+    from moe_long_context.engine.step_time import STATED_ERROR
+
+    r = plan(model="deepseek-v3", gpu="h100", num_gpus=1024, seq_len=131072, top_n=5)
+    top = r.plans[0].throughput.tokens_per_s
+    layouts = [(p.settings.get("tp", 1), p.settings.get("cp", 1), p.settings.get("pp", 1), p.settings.get("ep", 1))
+               for p in r.plans]  # fmt: skip
+    assert len(set(layouts)) == len(layouts)  # one plan per layout: other VPPs are its variants
+    for p in r.plans:
+        assert p.settings["gbs"] == r.gbs == 64
+        assert p.tied_with_top == (p.throughput.tokens_per_s * (1 + STATED_ERROR) >= top - 0.1)
+        for v in p.vpp_variants:
+            assert v["tokens_per_s"] <= p.throughput.tokens_per_s and v["vpp"] != (p.settings.get("vpp") or 1)
+    rates = [p.throughput.tokens_per_s for p in r.plans]
+    assert rates == sorted(rates, reverse=True)  # ranked by tokens per second at the one batch
+
+
+def test_the_published_layouts_rank_does_not_move_with_top_n():
+    job = dict(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072)
+    ranks = {n: next(x for x in plan(**job, top_n=n).references if x.id == "deepseek-v3-128k-h100").rank
+             for n in (1, 5)}  # fmt: skip
+    assert ranks[1] == ranks[5] and ranks[1] > 1

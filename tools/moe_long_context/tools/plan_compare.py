@@ -64,7 +64,7 @@ def _compare(
 ) -> ReferenceComparison:
     base = dict(id=layout.id, title=layout.title, source=layout.source)
     if e is None:
-        return ReferenceComparison(**base, layout="-", valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
+        return ReferenceComparison(**base, layout="-", settings={}, valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
                                    tokens_per_s=None, rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
     fits = e.peak <= budget
     rank = rank if fits else None
@@ -94,6 +94,7 @@ def _compare(
     return ReferenceComparison(
         **base,
         layout=e.ctx.layout.describe(),
+        settings=e.cfg.model_dump(mode="json", exclude_defaults=True),
         valid=not has_errors(e.findings),
         fits=fits,
         peak_gib=round(e.peak / GIB, 2),
