@@ -95,16 +95,17 @@ VALID_CALLS += [
             "mfu": 0.1505,
         },
     ),
-    # without recompute and offload it needs 152.1 GiB; three labels bring it to 76.9
+    # without recompute and offload it needs 152.1 GiB; four labels bring it under the 5 % headroom, to 67.6
     (
         "pick_recompute",
         DSV3_NO_RECOMPUTE,
         {
             "fits": True,
             "recompute_granularity": "selective",
-            "recompute_modules": ["layernorm", "mla_up_proj", "moe"],
+            "recompute_modules": ["layernorm", "mla_up_proj", "mlp", "moe"],
             "peak_gib_before": 152.129,
-            "peak_gib_after": 76.925,
+            "peak_gib_after": 67.619,
+            "budget_gib": 75.154,
         },
     ),
     # the informal label 'norm' is an error Megatron raises; the corrected overrides say layernorm
@@ -116,7 +117,7 @@ VALID_CALLS += [
     (
         "plan_layout",
         {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 32768, "top_n": 1},
-        {"evaluated": 1, "feasible": 1},
+        {"evaluated": 3, "feasible": 3, "gbs": 256, "valid": True},
     ),
 ]
 

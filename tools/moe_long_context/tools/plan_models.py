@@ -97,7 +97,9 @@ class ReferenceComparison(BaseModel):
     title: str
     source: str
     layout: str
-    settings: dict[str, Any] = Field(description="The engine fields evaluated: the published layout at the plans' GBS.")
+    settings: dict[str, Any] = Field(
+        description="The engine fields evaluated: the published layout at the plans' GBS."
+    )
     valid: bool = Field(description="No error finding from the engine's rules.")
     fits: bool = Field(description="The memory model estimates it fits the GPU.")
     peak_gib: float | None
