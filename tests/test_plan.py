@@ -126,7 +126,7 @@ def test_a_job_without_plans_says_why():
     """Three H100 cannot hold DeepSeek-V3's weights at any layout: no plan, not valid, and the counts say why."""
     r = plan(model="deepseek-v3", gpu="h100", num_gpus=3, seq_len=131072)
     assert not r.valid and r.plans == []
-    assert r.no_plan_reason.startswith("every candidate was excluded")
+    assert r.no_plan_reason.startswith("no candidate passes every rule and fits the budget")
     assert r.excluded["memory: BF16 weights alone fill the GPU"] > 0
     assert r.candidates == sum(r.excluded.values())
 
@@ -236,3 +236,18 @@ def test_the_published_layouts_rank_does_not_move_with_top_n():
     ranks = {n: next(x for x in plan(**job, top_n=n).references if x.id == "deepseek-v3-128k-h100").rank
              for n in (1, 5)}  # fmt: skip
     assert ranks[1] == ranks[5] and ranks[1] > 1
+
+
+def test_deepep_on_gb200_has_no_plan_and_says_which_rule(capsys):
+    """DeepEP does not run on GB200: every layout fails that rule; the published HybridEP layout is compared but
+    not offered as a plan of a DeepEP request, and the CLI exits 1 with the reason."""
+    from moe_long_context.cli import main
+
+    job = ["--model", "qwen3-235b-a22b", "--gpu", "gb200", "--num-gpus", "128", "--seq-len", "131072"]
+    assert main(["plan", *job, "--dispatcher", "flex-deepep"]) == 1
+    out = capsys.readouterr().out
+    assert "no plan: no candidate passes every rule and fits the budget (rule DISPATCHER_GPU: " in out
+    r = plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, dispatcher="flex-deepep")
+    assert not r.valid and r.plans == [] and r.excluded["rule DISPATCHER_GPU"] == r.evaluated
+    (ref,) = r.references
+    assert ref.fits and ref.rank is None and ref.settings["dispatcher"] == "flex-hybridep"

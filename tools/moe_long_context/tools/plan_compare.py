@@ -74,7 +74,9 @@ def _compare(
             f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {budget / GIB:.1f} GiB budget "
             f"({e.ctx.gpu.usable_hbm_gib:g} GiB usable less the headroom)"
         )
-    elif top is None or top is e:
+    elif top is None:
+        verdict = "no plan of this request (dispatcher, precision) to compare it with"
+    elif top is e or seconds_per_token(e.step) <= seconds_per_token(top.step):
         verdict = "the published layout is the fastest plan found"
     else:
         gain = seconds_per_token(e.step) / seconds_per_token(top.step) - 1

@@ -116,11 +116,14 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             fastest[layout] = min(fastest.get(layout, float("inf")), seconds_per_token(e.step))
     left = sum(len(p) if stage == 0 else 1 for _, _, stage, p in heap)
     if left:
-        _count(excluded, "search: bound cannot beat the plans found (not evaluated)", left)
-    for _, evaluated_ref in references:
-        fits = evaluated_ref is not None and evaluated_ref.peak <= limit
-        if fits and not any(_same_plan(evaluated_ref, e) for e in found):
-            found.append(evaluated_ref)
+        why = "bound cannot beat the plans found" if evaluated < MAX_EVALUATED else "stopped at the cap"
+        _count(excluded, f"search: {why} (not evaluated)", left)
+    asked = {}  # a published layout is a plan too when it fits and has this request's dispatcher and precision
+    for layout, ref in references:
+        fits = ref is not None and ref.peak <= limit
+        asked[layout.id] = fits and all(getattr(ref.cfg, k) == base[k] for k in ("dispatcher", "precision"))
+        if asked[layout.id] and not any(_same_plan(ref, e) for e in found):
+            found.append(ref)
     found.sort(key=lambda e: seconds_per_token(e.step))
     groups = _vpp_groups(found)
     best = groups[0][0] if groups else None
@@ -142,7 +145,10 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         no_plan_reason=reason,
         excluded=dict(sorted(excluded.items(), key=lambda kv: -kv[1])),
         plans=plans,
-        references=[_compare(layout, e, found, _group_rank(e, groups), limit) for layout, e in references],
+        references=[
+            _compare(layout, e, found, _group_rank(e, groups) if asked[layout.id] else None, limit)
+            for layout, e in references
+        ],
         candidates=total,
         evaluated=evaluated,
         feasible=len(found),
@@ -209,5 +215,6 @@ def _no_plan_reason(excluded: dict[str, int], enumerated: int, gbs: int, req: Pl
             f"no TP x CP x PP and EP x PP factor {req.num_gpus} GPUs for this model at {req.seq_len} tokens "
             f"with GBS {gbs}"
         )
-    counts = "; ".join(f"{k}: {v}" for k, v in sorted(excluded.items(), key=lambda kv: -kv[1]))
-    return f"every candidate was excluded ({counts})"
+    ranked = sorted(excluded.items(), key=lambda kv: (not kv[0].startswith("rule "), -kv[1]))
+    counts = "; ".join(f"{k}: {v}" for k, v in ranked)
+    return f"no candidate passes every rule and fits the budget ({counts})"

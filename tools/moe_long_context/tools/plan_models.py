@@ -106,7 +106,8 @@ class ReferenceComparison(BaseModel):
     tflops_per_gpu: float | None
     tokens_per_s: float | None = Field(description="At the plans' global batch.")
     rank: int | None = Field(
-        description="Its place among the feasible plans (1 = fastest); None if infeasible."
+        description="Its place among the feasible plans (1 = fastest); None if it does not fit the budget or "
+        "has another dispatcher or precision than the request."
     )
     verdict: str = Field(description="Why the top plan is (or is not) preferred, by the step-time terms.")
 
@@ -137,7 +138,7 @@ class PlanLayoutResult(BaseModel):
             )
         for ref in self.references:
             lines += ["", f"published: {ref.title} ({ref.layout}): {ref.tflops_per_gpu} TFLOP/s/GPU, "
-                      f"{'rank ' + str(ref.rank) if ref.rank else 'not feasible'}; {ref.verdict}"]  # fmt: skip
+                      f"{'rank ' + str(ref.rank) if ref.rank else 'not ranked'}; {ref.verdict}"]  # fmt: skip
         for p in self.plans:
             lines += ["", f"#{p.rank} {p.layout}", *(f"  - {w}" for w in p.why), "  Bridge overrides:"]
             lines += [f"    {o}" for o in p.bridge_overrides]
