@@ -199,8 +199,11 @@ MAX_VERIFIED = 6  # label sets tried in full, cheapest first, before the search 
 
 
 class Picker:
-    def __init__(self, ctx: Context, headroom: float = DEFAULT_HEADROOM):
+    def __init__(self, ctx: Context, headroom: float = DEFAULT_HEADROOM, report: bool = True):
         self.ctx = ctx
+        self.report = (
+            report  # measure what each chosen label buys (the tool reports it; the planner does not)
+        )
         self.usable = ctx.gpu.usable_hbm_gib * GIB
         self.budget = self.usable * (1 - headroom)
         self.base = ctx.cfg.model_dump(exclude_unset=True)
@@ -272,6 +275,8 @@ class Picker:
                 break
         if best is None:
             best = self.labels_trial(tuple(order)) if order else start
+        if not self.report:
+            return best
         chosen = [x for x in PREFERENCE if x in set(best.cfg.recompute_modules or [])]
         previous = start
         for i in range(len(chosen)):

@@ -49,13 +49,13 @@ def evaluate(
     if found:
         return f"rule {found[0].code}"
     notes: list[str] = []
-    picker = Picker(ctx, req.headroom)
+    picker = Picker(ctx, req.headroom, report=False)
     best = picker.pick()
     if not picker.fits(best) and req.allow_optimizer_offload:
         for fraction in (0.5, 1.0):
             offload = {"optimizer_cpu_offload_fraction": fraction, "use_precision_aware_optimizer": True}
             off_ctx = Context(cfg=TrainingConfig(**{**settings, **offload}), model=model, gpu=gpu)
-            off_picker = Picker(off_ctx, req.headroom)
+            off_picker = Picker(off_ctx, req.headroom, report=False)
             trial = off_picker.pick()
             if off_picker.fits(trial):
                 picker, best = off_picker, trial
