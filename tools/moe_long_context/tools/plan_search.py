@@ -338,6 +338,21 @@ def budget(gpu: GpuSpec, req: PlanLayoutRequest) -> float:
     return gpu.usable_hbm_gib * GIB * (1 - req.headroom)
 
 
+def _bound_config(settings: dict, base: dict) -> TrainingConfig:
+    """The configuration a bound is computed on: the request's validated once, with the candidate's values
+    (already valid: they come from the enumeration) copied in without validating again, for speed."""
+    key = repr(sorted(base.items()))
+    template = _TEMPLATES.get(key)
+    if template is None:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        template = _TEMPLATES.setdefault(key, TrainingConfig(**base))
+    return template.model_copy(update={k: v for k, v in settings.items() if k not in base})
+
+
+_TEMPLATES: dict[str, TrainingConfig] = {}
+
+
 def layout_floors(
     cands: list[Candidate], model, gpu, req, base, excluded
 ) -> list[tuple[float, list[Candidate]]]:
@@ -350,7 +365,9 @@ def layout_floors(
     out = []
     for members in groups.values():
         for cand in members:
-            ctx = Context(cfg=TrainingConfig(**_settings(cand, model, gpu, req, base)), model=model, gpu=gpu)
+            ctx = Context(
+                cfg=_bound_config(_settings(cand, model, gpu, req, base), base), model=model, gpu=gpu
+            )
             if ctx.split.split is not None and ctx.num_microbatches is not None:
                 st = step_time(ctx, Recompute(), 0.0)
                 out.append((st.balanced_s / st.tokens_per_step, members))
@@ -370,7 +387,7 @@ def cheap_bounds(cands: list[Candidate], model, gpu, req, base, excluded) -> lis
     out = []
     usable = budget(gpu, req)
     for cand in cands:
-        ctx = Context(cfg=TrainingConfig(**_settings(cand, model, gpu, req, base)), model=model, gpu=gpu)
+        ctx = Context(cfg=_bound_config(_settings(cand, model, gpu, req, base), base), model=model, gpu=gpu)
         if ctx.split.split is None or ctx.num_microbatches is None:
             _skip(excluded, "pipeline: no split of the layers over this PP")
             continue
