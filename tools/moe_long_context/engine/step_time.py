@@ -266,18 +266,20 @@ def step_time(
 
     # Layers of a kind take the same time for the same parallel sizes and knobs, whatever the PP split: the
     # planner asks for the same kinds thousands of times, so they are kept per model.
-    kinds = spec_cache(m).setdefault("layer_times", {})
+    cache = spec_cache(m).setdefault("layer_times", {})
     knobs = (gpu.id, c.tp, c.cp, c.mbs, seq, sp, c.precision, lay.ep, lay.etp, c.dispatcher, c.ep_overlap,
              c.cp_comm_type, tuple(c.hierarchical_cp_sizes or ()), rc)  # fmt: skip
+    kinds = cache.get(knobs)
+    if kinds is None:
+        if len(cache) > 20_000:
+            cache.clear()
+        kinds = cache[knobs] = {}
 
     def kind_time(key: tuple[str, bool]) -> dict[str, float]:
         """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree."""
-        full_key = (key, knobs)
-        if full_key not in kinds:
-            if len(kinds) > 50_000:
-                kinds.clear()
-            kinds[full_key] = _layer_time(*key)
-        return kinds[full_key]
+        if key not in kinds:
+            kinds[key] = _layer_time(*key)
+        return kinds[key]
 
     def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
         attn_w, _ = attention_params(m, layer_type)
@@ -423,9 +425,23 @@ def step_time(
     return out
 
 
-@lru_cache(maxsize=4096)
+_RANK_LAYERS: dict[int, tuple[PipelineSplit, tuple[tuple[int, ...], ...]]] = {}
+
+
 def rank_layers(split: PipelineSplit) -> tuple[tuple[int, ...], ...]:
-    """Decoder layer indices each PP rank holds, numbered in virtual-stage order."""
+    """Decoder layer indices each PP rank holds, numbered in virtual-stage order (kept per split object:
+    hashing a split's nested stages costs more than the answer)."""
+    entry = _RANK_LAYERS.get(id(split))
+    if entry is not None and entry[0] is split:
+        return entry[1]
+    if len(_RANK_LAYERS) > 4096:
+        _RANK_LAYERS.clear()
+    _RANK_LAYERS[id(split)] = (split, out := _rank_layers(split))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _rank_layers(split: PipelineSplit) -> tuple[tuple[int, ...], ...]:
     index = 0
     per_rank: list[list[int]] = [[] for _ in range(split.pp)]
     for v in range(split.vpp):
