@@ -1,15 +1,12 @@
-"""pick_recompute: the cheapest real Megatron recompute setting that makes a configuration fit its GPU with a
+"""pick_recompute: the real Megatron recompute setting with the least recompute time that fits the GPU with a
 headroom margin (default 5 % of usable HBM).
 
-"Cheapest" is the step-time model's recompute term (engine/step_time.py: what each Megatron Core 0.19 label
-replays). Each applicable label (``layernorm``, ``moe_act``, ``mla_up_proj``, ``gdn_norm_out``, ``mlp``,
-``shared_experts``, ``moe``; never ``core_attn``, which replays attention, the most expensive kernel at long
-context, and frees almost nothing with fused attention) is measured alone, per PP rank; label sets are ranked
-by summed cost and the cheapest whose estimated peak fits is confirmed in full. Full recompute comes last,
-block before uniform, with ``cuda_graph_impl=full_iteration`` when per-layer graphs are on. Every candidate is
-built as a full configuration and run through the engine's checks; one that adds an error is skipped. The
-result names the next cheaper set (which does not fit) and the next safer one; when nothing fits, the next
-steps (optimizer CPU offload, more CP or TP, more PP, smaller MBS) with the GiB each buys.
+Cost is the step-time model's recompute term (what each Megatron Core 0.19 label replays). Each applicable
+label is measured alone per PP rank (never ``core_attn``: it replays attention and frees almost nothing with
+fused attention); label sets are ranked by summed cost and the cheapest whose estimate fits is confirmed in
+full. Full recompute comes last (block before uniform, ``full_iteration`` graphs when per-layer graphs are
+on). Every candidate runs through the engine's checks; one that adds an error is skipped. The result names
+the next cheaper and the next safer set; when nothing fits, the next steps with the GiB each buys.
 """
 
 from __future__ import annotations
@@ -73,9 +70,7 @@ class PickRecomputeRequest(TrainingConfig):
 
 
 class Alternative(BaseModel):
-    kind: str = Field(
-        description="cheaper (less recompute time, does not fit the budget) or safer (lower peak)."
-    )
+    kind: str = Field(description="cheaper (less recompute time, over the budget) or safer (lower peak).")
     recompute_granularity: str | None = Field(description="selective or full.")
     recompute_modules: list[str] = Field(description="The selective labels of this alternative.")
     recompute_method: str | None = Field(description="uniform or block for full recompute.")
@@ -94,9 +89,7 @@ class LabelGain(BaseModel):
 class NextStep(BaseModel):
     action: str = Field(description="What to change, in the order to try it.")
     settings: dict[str, Any] = Field(description="Request fields to set.")
-    gib_saved: float = Field(
-        description="GiB this change removes from the peak (on top of the chosen recompute)."
-    )
+    gib_saved: float = Field(description="GiB this change removes from the peak (on top of the recompute).")
     peak_gib: float = Field(description="Peak with this change.")
     fits: bool = Field(description="Whether the peak then fits the GPU.")
     note: str = Field(description="What the change costs or needs.")
@@ -112,7 +105,7 @@ class PickRecomputeResult(BaseModel):
     recompute_method: str | None = Field(description="uniform or block for full recompute.")
     recompute_num_layers: int | None = Field(description="Layers per recompute group (full recompute).")
     other_settings: dict[str, Any] = Field(
-        description="Other request fields the choice needs (full_iteration graphs for full recompute)."
+        description="Other fields the choice needs (full_iteration graphs)."
     )
     peak_gib_before: float | None = Field(description="Estimated peak of the configuration as given, GiB.")
     peak_gib_after: float | None = Field(description="Estimated peak with the chosen recompute, GiB.")
@@ -128,9 +121,7 @@ class PickRecomputeResult(BaseModel):
     recompute_s: float | None = Field(
         description="Seconds per step the chosen recompute adds (step-time model)."
     )
-    alternatives: list[Alternative] = Field(
-        description="The next cheaper label set (which does not fit) and the next safer one (lower peak)."
-    )
+    alternatives: list[Alternative] = Field(description="The next cheaper label set and the next safer one.")
     findings: list[Finding]
 
 
