@@ -241,6 +241,8 @@ def step_time(
     """
     if ctx.gpu is None or ctx.cfg.seq_len is None:
         raise ValueError("step_time needs a GPU and a sequence length")
+    if isinstance(recompute, int | float):
+        raise TypeError("step_time takes a Recompute (or None: the configuration's own), not a fraction")
     rc = Recompute.of(ctx) if recompute is None else recompute
     if offloaded_state_bytes is None:
         offloaded_state_bytes = offloaded_state(ctx)
