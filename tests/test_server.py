@@ -46,11 +46,12 @@ async def test_tools_list_is_the_registry():
         assert mcp_tool.output_schema["type"] == "object"
         assert set(mcp_tool.output_schema["properties"]) == set(tool.result.model_fields)
         a = mcp_tool.annotations
-        assert (a.read_only_hint, a.idempotent_hint, a.destructive_hint, a.open_world_hint) == (
-            True,
+        # destructive/idempotent hints mean something only for tools that are not read-only (MCP spec)
+        assert (a.read_only_hint, a.open_world_hint, a.idempotent_hint, a.destructive_hint) == (
             True,
             False,
-            False,
+            None,
+            None,
         )
 
 

@@ -164,8 +164,8 @@ def test_compact_input_schema_shares_definitions_only_when_they_pay():
     assert "$defs" not in compact  # size_cp has one size argument: inline is shorter
     assert compact["properties"]["tp"]["default"] == 1
     memory = compact_input_schema(TOOLS_BY_NAME["estimate_memory"].request.model_json_schema())
-    assert memory["properties"]["tp"] == {"$ref": "#/$defs/size"}
-    assert memory["properties"]["fp8_param_gather"] == {"$ref": "#/$defs/off"}
+    assert memory["properties"]["tp"] == {"$ref": "#/$defs/n"}
+    assert memory["properties"]["fp8_param_gather"] == {"$ref": "#/$defs/f"}
 
 
 async def test_every_prompt_argument_is_described():

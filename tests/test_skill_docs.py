@@ -65,6 +65,10 @@ PICK = re.compile(
     r"pick_recompute\(`(?P<layout>[\w-]+)` without recompute or offload\) → (?P<labels>(?:`\w+`,? ?)+): "
     r"(?P<before>[\d.]+) → (?P<after>[\d.]+) GiB"
 )
+THROUGHPUT = re.compile(r"estimate_throughput\(`(?P<layout>[\w-]+)`\) = (?P<tflops>[\d.]+) TFLOP/s")
+HEADROOM = re.compile(r"headroom of (?P<pct>\d+) % of usable HBM")
+DEFAULT_BATCH = re.compile(r"2\^23 tokens a step,? \(?(?P<gbs>\d+) sequences at (?P<seq>\d+) tokens")
+STATED = re.compile(r"stated error (?:is |of )(?P<pct>\d+) %")
 CAPACITY = re.compile(r"the (?P<gib>[\d.]+) GiB of an? (?P<gpu>[A-Z]+\d+)")
 LAYOUT_SHAPED = re.compile(
     r"\b(?:E?TP|CP|EP|V?PP|E?DP)=?\d"
@@ -272,6 +276,42 @@ def test_pick_recompute_statements_match_the_picker():
         assert result.peak_gib_after == pytest.approx(float(m["after"]), abs=0.05)
 
 
+def _readme_units() -> list[str]:
+    return _units_of_markdown((ROOT / "README.md").read_text(encoding="utf-8"))
+
+
+def _in_readme_and_docs(pattern: re.Pattern) -> list[tuple[str, re.Match]]:
+    return matches(pattern) + [("README.md", m) for u in _readme_units() for m in pattern.finditer(u)]
+
+
+def test_throughput_statements_match_estimate_throughput():
+    found = matches(THROUGHPUT)
+    assert found
+    for doc, m in found:
+        result = TOOL["estimate_throughput"].call(_layout_config(m["layout"]))
+        assert result.tflops_per_gpu == pytest.approx(float(m["tflops"]), abs=0.05), f"{doc}: {m.group(0)}"
+
+
+def test_headroom_batch_and_stated_error_match_the_tools():
+    """README and SKILL.md state the headroom default, the default global batch and the stated error."""
+    from moe_long_context.engine.step_time import STATED_ERROR
+    from moe_long_context.tools.plan_search import default_gbs
+
+    for pattern in (HEADROOM, DEFAULT_BATCH, STATED):
+        assert {"README.md", "SKILL.md"} <= {doc for doc, _ in _in_readme_and_docs(pattern)}, pattern.pattern
+    for doc, m in _in_readme_and_docs(HEADROOM):
+        for tool in ("plan_layout", "pick_recompute"):
+            assert TOOL[tool].request.model_fields["headroom"].default * 100 == int(m["pct"]), doc
+    for doc, m in _in_readme_and_docs(DEFAULT_BATCH):
+        assert default_gbs(int(m["seq"])) == int(m["gbs"]) == 2**23 // int(m["seq"]), doc
+    for doc, m in _in_readme_and_docs(STATED):
+        assert int(m["pct"]) == STATED_ERROR * 100, doc
+    # a job with no published layout is planned at that default batch
+    r = TOOL["plan_layout"].call({"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 131072,
+                                  "top_n": 1})  # fmt: skip
+    assert r.gbs == default_gbs(131072) and all(p.settings["gbs"] == r.gbs for p in r.plans)
+
+
 def test_gpu_capacities_match_the_catalog():
     found = matches(CAPACITY)
     assert found
@@ -416,7 +456,7 @@ def vocabulary() -> set[str]:
     for tool in TOOLS:
         words |= (
             {tool.name, f"moe-lc {tool.command}"}
-            | set(tool.result.model_fields)
+            | _nested_fields(tool.result)
             | set(tool.request.model_fields)
         )
     words |= {f"moe-lc {c}" for c in ("models", "gpus", "rules", "serve", "docs", "plan", "lint")}
@@ -430,6 +470,16 @@ def vocabulary() -> set[str]:
     words |= {"model_type", *supported_model_types()}  # the config.json families SKILL.md lists
     words |= _cli_options(build_parser())
     return words
+
+
+def _nested_fields(model) -> set[str]:
+    """A result's field names and those of the models it nests (a plan inside plan_layout's result)."""
+    names = set(model.model_fields)
+    for field in model.model_fields.values():
+        for arg in (field.annotation, *typing.get_args(field.annotation)):
+            if isinstance(arg, type) and hasattr(arg, "model_fields") and arg is not model:
+                names |= set(arg.model_fields)
+    return names
 
 
 def _cli_options(parser) -> set[str]:

@@ -22,7 +22,7 @@ from .pipeline import PipelineSplit
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
 GROUPED_GEMM_EFFICIENCY = 0.75  # relative to GEMM_EFFICIENCY for the expert grouped GEMMs
-ATTENTION_EFFICIENCY = 0.45  # flash attention fwd+bwd, of the BF16 peak
+ATTENTION_EFFICIENCY = 0.40  # fused attention fwd+bwd, of the BF16 peak (long-context DSV3 H100 MFU)
 NVLINK_EFFICIENCY = 0.70
 NETWORK_EFFICIENCY = 0.75
 A2A_EFFICIENCY = {"alltoall": 0.45, "allgather": 0.35, "flex-deepep": 0.70, "flex-hybridep": 0.75,
@@ -33,6 +33,12 @@ CP_OVERLAP = 0.8  # share of the p2p KV exchange hidden behind attention (ring),
 EP_OVERLAP = 0.5  # share of the expert all-to-all hidden with --overlap-moe-expert-parallel-comm
 DP_EXPOSED = 0.2  # share of the gradient reduce-scatter / parameter all-gather not overlapped
 CPU_ADAM_BYTES_PER_S = 20e9  # host-side Adam throughput on offloaded state (bytes of state per second)
+
+COMM_FORWARD_SHARE = {"tp_comm": 0.5, "cp_comm": 1 / 3, "ep_comm": 0.5}  # forward share of each comm term
+# The model's stated error on tokens/s (and TFLOP/s), against the published runs it is tested on
+# (tests/test_estimate_throughput.py): the Megatron Bridge 4K performance table and the long-context MFU of
+# DeepSeek-V3 on H100 the Bridge skill card reports. Plans closer than this are ties.
+STATED_ERROR = 0.25
 
 ASSUMPTIONS = [
     "Model FLOPs: Megatron-LM num_floating_point_operations (3 x fwd, FMA = 2, causal core attention halved), "
@@ -62,14 +68,77 @@ ASSUMPTIONS = [
     f"{DP_EXPOSED:.0%} exposed. Optimizer step reads and writes its state once at HBM speed; offloaded state is "
     f"updated on the host at {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s of state.",
     "Token routing is balanced (Megatron Bridge's published numbers force-balance the experts).",
+    "Recompute replays in backward the forward work of what each Megatron Core 0.19 label checkpoints: "
+    "mla_up_proj the Q and KV up-projection GEMMs (and RoPE); mlp the dense MLP of dense layers; "
+    "shared_experts the shared-expert MLP; moe the router, the expert and shared GEMMs and the forward "
+    "dispatch and combine; layernorm and moe_act an elementwise pass over their inputs at HBM speed; "
+    "core_attn the attention forward and its CP exchange. No selective label other than core_attn replays "
+    "core attention. Full recompute replays a layer's whole forward (1/3 of GEMM, attention and memory-bound "
+    "time, the forward share of TP, CP and EP communication) for the layers it checkpoints.",
+    f"Stated error: tokens/s within {STATED_ERROR:.0%} of the published runs the model is tested on "
+    "(Megatron Bridge 4K table; DeepSeek-V3 at 128K and 256K on H100 at about 15 % MFU); plans closer than "
+    "that are ties. Per-kernel launch and framework overheads are not modelled: at 4K on 8 GPUs (Bridge's "
+    "Moonlight recompute study) they dominate and the absolute estimate is several times too fast.",
 ]
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """The recompute setting the step time charges: granularity, selective labels, and for full recompute the
+    share of a rank's layers it checkpoints."""
+
+    granularity: str | None = None
+    modules: frozenset[str] = frozenset()
+    full_share: float = 1.0
+
+    @classmethod
+    def selective(cls, labels) -> Recompute:
+        return cls("selective", frozenset(labels)) if labels else cls()
+
+    @classmethod
+    def of(cls, ctx: Context) -> Recompute:
+        c = ctx.cfg
+        if c.recompute_granularity == "selective":
+            return cls.selective(ctx.recompute_modules)
+        if c.recompute_granularity == "full":
+            share = 1.0
+            split = ctx.split.split
+            if c.recompute_method == "block" and c.recompute_num_layers and split is not None:
+                chunk = max(s.decoders for row in split.stages for s in row) or 1
+                share = min(1.0, c.recompute_num_layers / chunk)
+            return cls("full", frozenset(), share)
+        return cls()
+
+
+def mla_up_weights(m: ModelSpec) -> int:
+    """Weights of the Q and KV up-projections mla_up_proj replays (linear_q_proj when there is no Q LoRA)."""
+    n = m.num_attention_heads
+    q_in = m.q_lora_rank or m.hidden_size
+    return q_in * n * (m.head_dim + (m.qk_pos_emb_head_dim or 0)) + (m.kv_lora_rank or 0) * n * (
+        m.head_dim + (m.v_head_dim or 0)
+    )
+
+
+def offloaded_state(ctx: Context) -> float:
+    """Bytes of optimizer state (FP32 master and two moments) per GPU the host updates under CPU offload."""
+    fraction = ctx.cfg.optimizer_cpu_offload_fraction
+    if not fraction:
+        return 0.0
+    split = ctx.split.split
+    per_rank = (
+        max(split.decoders_per_rank) if split is not None else ctx.model.num_layers // max(1, ctx.cfg.pp)
+    )
+    dense, expert = _params_per_rank(ctx, list(range(per_rank)))
+    shard = max(1, (ctx.layout.dp or 1) * ctx.cfg.cp)
+    return 12 * fraction * (dense / shard + expert / max(1, ctx.layout.edp or 1))
 
 
 @dataclass
 class StepTime:
     """Seconds per training step, by term, and the resulting throughput."""
 
-    terms: dict[str, float] = field(default_factory=dict)  # per microbatch on the busiest stage, seconds
+    terms: dict[str, float] = field(default_factory=dict)  # per step on the busiest stage, seconds
+    recompute_by_label: dict[str, float] = field(default_factory=dict)  # the recompute term, per label
     step_s: float = 0.0
     model_flops_per_step: float = 0.0
     tokens_per_step: int = 0
@@ -77,6 +146,9 @@ class StepTime:
     mfu: float = 0.0
     mfu_denominator_tflops: float = 0.0
     bubble_fraction: float = 0.0
+    balanced_s: float = (
+        0.0  # the pipeline time with no bubble and perfectly even stages: a floor for any split
+    )
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -159,14 +231,21 @@ def mfu_denominator(gpu: GpuSpec) -> float:
     return gpu.fp8_tflops
 
 
-def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_bytes: float = 0.0) -> StepTime:
+def step_time(
+    ctx: Context, recompute: Recompute | None = None, offloaded_state_bytes: float | None = None
+) -> StepTime:
     """Estimate the step time of a resolved configuration on its GPU.
 
-    ``recompute_fraction`` is the share of a layer's forward FLOPs recomputed in backward (from the chosen
-    recompute modules); ``offloaded_state_bytes`` the optimizer state per GPU updated on the host.
+    ``recompute`` and ``offloaded_state_bytes`` default to what the configuration sets; the planner passes
+    others to bound a layout before its recompute and offload are chosen.
     """
     if ctx.gpu is None or ctx.cfg.seq_len is None:
         raise ValueError("step_time needs a GPU and a sequence length")
+    if isinstance(recompute, int | float):
+        raise TypeError("step_time takes a Recompute (or None: the configuration's own), not a fraction")
+    rc = Recompute.of(ctx) if recompute is None else recompute
+    if offloaded_state_bytes is None:
+        offloaded_state_bytes = offloaded_state(ctx)
     c, m, gpu, lay = ctx.cfg, ctx.model, ctx.gpu, ctx.layout
     split = ctx.split.split
     seq = c.seq_len
@@ -187,7 +266,16 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     in_node = min(ep_group, gpu.nvlink_domain) / ep_group if ep_group > 1 else 1.0
     dispatch_bytes = 1 if c.precision != "bf16" else 2
 
-    kinds: dict[tuple[str, bool], dict[str, float]] = {}
+    # Layers of a kind take the same time for the same parallel sizes and knobs, whatever the PP split: the
+    # planner asks for the same kinds thousands of times, so they are kept per model.
+    cache = spec_cache(m).setdefault("layer_times", {})
+    knobs = (gpu.id, c.tp, c.cp, c.mbs, seq, sp, c.precision, lay.ep, lay.etp, c.dispatcher, c.ep_overlap,
+             c.cp_comm_type, tuple(c.hierarchical_cp_sizes or ()), rc)  # fmt: skip
+    kinds = cache.get(knobs)
+    if kinds is None:
+        if len(cache) > 20_000:
+            cache.clear()
+        kinds = cache[knobs] = {}
 
     def kind_time(key: tuple[str, bool]) -> dict[str, float]:
         """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree."""
@@ -239,9 +327,44 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
             intra = volume * in_node
             t_a2a = max(inter / (gpu.network_gbps * 1e9), intra / (gpu.nvlink_gbps * 1e9)) / a2a_eff
             t["ep_comm"] = t_a2a * ((1 - EP_OVERLAP) if c.ep_overlap else 1.0)
-        if recompute_fraction:
-            t["recompute"] = recompute_fraction * (t["gemm"] + t["attention"]) / 3
+        if rc.granularity:
+            t.update(_replay(rc, t, layer_type, is_moe, tokens, tokens_rank, gemm))
         return t
+
+    def _replay(rc, t, layer_type, is_moe, tokens, tokens_rank, gemm) -> dict[str, float]:
+        """Forward work the recompute setting replays in backward, per label (one layer, one microbatch)."""
+        fwd = {k: v / 3 for k, v in t.items() if k in ("gemm", "attention", "memory_bound")}
+        fwd.update({k: t.get(k, 0.0) * share for k, share in COMM_FORWARD_SHARE.items()})
+        if rc.granularity == "full":
+            return {"recompute:full": sum(fwd.values()) * rc.full_share}
+        out: dict[str, float] = {}
+        labels = rc.modules
+        if "core_attn" in labels and layer_type != "linear":
+            out["recompute:core_attn"] = fwd["attention"] + fwd["cp_comm"]
+        if "mla_up_proj" in labels and m.is_mla:
+            out["recompute:mla_up_proj"] = 2 * tokens * mla_up_weights(m) / c.tp / gemm
+        shared, _, active, _ = mlp_params(m, is_moe)
+        if "mlp" in labels and not is_moe:
+            out["recompute:mlp"] = 2 * tokens * shared / c.tp / gemm
+        if "shared_experts" in labels and is_moe and shared:
+            out["recompute:shared_experts"] = 2 * tokens * shared / c.tp / gemm
+        if "moe" in labels and is_moe:
+            experts = 2 * tokens_rank * (active + h * m.num_experts) / lay.etp
+            out["recompute:moe"] = (
+                2 * tokens * shared / c.tp / gemm
+                + experts / (gemm * GROUPED_GEMM_EFFICIENCY)
+                + fwd["ep_comm"]
+                + ELEMENTWISE_BYTES_PER_TOKEN_H / 6 * h * tokens_rank / hbm
+            )
+        if "layernorm" in labels:
+            norms = int(m.is_mla) + int(is_moe)  # the norms not fused into a TE GEMM
+            out["recompute:layernorm"] = norms * 4 * h * tokens_rank / hbm
+        if "moe_act" in labels and is_moe and "moe" not in labels:
+            out["recompute:moe_act"] = 6 * m.moe_router_topk * m.moe_ffn_hidden_size * tokens_rank / hbm
+        if "gdn_norm_out" in labels and layer_type == "linear":
+            width = (m.linear_num_value_heads or 0) * (m.linear_value_head_dim or 0)
+            out["recompute:gdn_norm_out"] = 4 * width * tokens_rank / c.tp / hbm
+        return out
 
     stage_times = []
     stage_terms = []
@@ -282,8 +405,13 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     tokens_step = (ctx.gbs or c.mbs * (lay.dp or 1)) * seq
     flops = model_flops_per_token(m, seq, ctx.mtp_layers) * tokens_step
     tflops = flops / step / c.num_gpus / 1e12
+    busiest_terms = {k: v * microbatches for k, v in stage_terms[busiest].items() if ":" not in k}
+    by_label = {k.split(":", 1)[1]: v * microbatches for k, v in stage_terms[busiest].items() if ":" in k}
+    if by_label:
+        busiest_terms["recompute"] = sum(by_label.values())
     out = StepTime(
-        terms={k: v * microbatches for k, v in stage_terms[busiest].items()},
+        terms=busiest_terms,
+        recompute_by_label=by_label,
         step_s=step,
         model_flops_per_step=flops,
         tokens_per_step=tokens_step,
@@ -291,6 +419,7 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
         mfu=tflops / mfu_denominator(gpu),
         mfu_denominator_tflops=mfu_denominator(gpu),
         bubble_fraction=bubble * t_mb / step if step else 0.0,
+        balanced_s=sum(stage_times) / c.pp * microbatches,
     )
     out.terms["pipeline_bubble"] = bubble * t_mb
     out.terms["dp_sync"] = dp_s
@@ -298,9 +427,23 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
     return out
 
 
-@lru_cache(maxsize=4096)
+_RANK_LAYERS: dict[int, tuple[PipelineSplit, tuple[tuple[int, ...], ...]]] = {}
+
+
 def rank_layers(split: PipelineSplit) -> tuple[tuple[int, ...], ...]:
-    """Decoder layer indices each PP rank holds, numbered in virtual-stage order."""
+    """Decoder layer indices each PP rank holds, numbered in virtual-stage order (kept per split object:
+    hashing a split's nested stages costs more than the answer)."""
+    entry = _RANK_LAYERS.get(id(split))
+    if entry is not None and entry[0] is split:
+        return entry[1]
+    if len(_RANK_LAYERS) > 4096:
+        _RANK_LAYERS.clear()
+    _RANK_LAYERS[id(split)] = (split, out := _rank_layers(split))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _rank_layers(split: PipelineSplit) -> tuple[tuple[int, ...], ...]:
     index = 0
     per_rank: list[list[int]] = [[] for _ in range(split.pp)]
     for v in range(split.vpp):
@@ -333,12 +476,18 @@ def kind_counts(model: ModelSpec, layers) -> tuple[tuple[tuple[str, bool], int],
 def _params_per_rank(ctx: Context, layers) -> tuple[float, float]:
     """(dense, expert) parameters one rank of the given PP stage holds."""
     c, lay, m = ctx.cfg, ctx.layout, ctx.model
-    first = {}
-    for i in range(m.num_layers):
-        first.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
-    dense = expert = 0.0
-    for k, n in kind_counts(m, layers):
-        lp = layer_params(m, first[k])
-        dense += n * ((lp.attention + lp.mlp) / c.tp + lp.replicated)
-        expert += n * lp.experts / (lay.ep * lay.etp)
-    return dense, expert
+    cache = spec_cache(m)
+    key = ("rank_param_sums", tuple(layers))
+    if key not in cache:
+        first: dict = {}
+        for i in range(m.num_layers):
+            first.setdefault((m.attention_layer_types[i], m.moe_layers[i]), i)
+        sharded = replicated = experts = 0
+        for k, n in kind_counts(m, layers):
+            lp = layer_params(m, first[k])
+            sharded += n * (lp.attention + lp.mlp)
+            replicated += n * lp.replicated
+            experts += n * lp.experts
+        cache[key] = (sharded, replicated, experts)
+    sharded, replicated, experts = cache[key]
+    return sharded / c.tp + replicated, experts / (lay.ep * lay.etp)

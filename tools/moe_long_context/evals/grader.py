@@ -165,7 +165,8 @@ def _fits(args: dict[str, Any]) -> tuple[bool, str]:
             if offload
             else {}
         )
-        result = _call("pick_recompute", {**trial, **extra})
+        # an answer's layout must fit the GPU; the 5 % headroom plans keep is the planner's margin, not a rule
+        result = _call("pick_recompute", {**trial, **extra, "headroom": 0.0})
         if result is None:
             return False, "the engine cannot estimate it"
         if result["fits"]:

@@ -13,6 +13,11 @@ from pydantic import BaseModel
 
 from ..tools.check_dp_budget import CheckDpBudgetRequest, CheckDpBudgetResult, check_dp_budget
 from ..tools.estimate_memory import EstimateMemoryRequest, EstimateMemoryResult, estimate_memory
+from ..tools.estimate_throughput import (
+    EstimateThroughputRequest,
+    EstimateThroughputResult,
+    estimate_throughput,
+)
 from ..tools.lint_config import LintConfigRequest, LintConfigResult, lint_config
 from ..tools.pick_recompute import PickRecomputeRequest, PickRecomputeResult, pick_recompute
 from ..tools.plan_layout import PlanLayoutRequest, PlanLayoutResult, plan_layout
@@ -45,9 +50,9 @@ TOOLS: tuple[Tool, ...] = (
         command="size-cp",
         title="Size context parallelism",
         description=(
-            "Context-parallel size and cp_comm_type for a model at a sequence length: the smallest legal "
-            "power-of-two CP near 4096 tokens per TP x CP shard (8192 on NVL72). Use first when planning long "
-            "context. Returns cp, comm type, tokens per shard, alternatives."
+            "CP size and cp_comm_type for a sequence length: the smallest legal power-of-two CP near 4096 "
+            "tokens per TP x CP shard (8192 on NVL72). Use first for long context. Returns cp, comm type, "
+            "alternatives."
         ),
         request=SizeCpRequest,
         result=SizeCpResult,
@@ -58,9 +63,9 @@ TOOLS: tuple[Tool, ...] = (
         command="check-dp-budget",
         title="Check the parallel layout and DP budget",
         description=(
-            "Checks a TP/CP/PP/VPP/EP/ETP layout on a GPU count under MoE parallel folding (not the product "
-            "rule), with the pipeline split and batch. Use on every layout before recommending it. Returns DP, "
-            "EDP, microbatches, min_gpus, findings with fixes, nearest valid layouts."
+            "Checks a TP/CP/PP/VPP/EP/ETP layout on a GPU count under MoE parallel folding, with its pipeline "
+            "split and batch. Use on every layout before recommending it. Returns DP, EDP, microbatches, "
+            "min_gpus, findings, nearest valid layouts."
         ),
         request=CheckDpBudgetRequest,
         result=CheckDpBudgetResult,
@@ -71,9 +76,8 @@ TOOLS: tuple[Tool, ...] = (
         command="validate-cuda-graphs",
         title="Validate a CUDA-graph setting",
         description=(
-            "Whether a cuda_graph_impl / cuda_graph_modules setting captures with this model and config (dropless "
-            "MoE, recompute, offload, packed sequences). Use before enabling CUDA graphs. Returns validity, "
-            "captured static shapes, what must stay fixed."
+            "Whether a cuda_graph_impl / cuda_graph_modules setting captures with this config. Use before "
+            "enabling CUDA graphs. Returns validity, captured static shapes, what must stay fixed."
         ),
         request=ValidateCudaGraphsRequest,
         result=ValidateCudaGraphsResult,
@@ -84,22 +88,35 @@ TOOLS: tuple[Tool, ...] = (
         command="estimate-memory",
         title="Estimate per-rank GPU memory",
         description=(
-            "Per-rank GPU memory of a full training config for the first, last and most loaded PP stages, by "
-            "component (weights, grads, optimizer, activations, buffers, overhead). Use on any layout before "
-            "recommending it. Returns peak_gib, fits, headroom, breakdown, assumptions."
+            "Per-rank GPU memory of a training config for the first, last and most loaded PP stages, by "
+            "component. Use on any layout before recommending it. Returns peak_gib, fits, headroom, "
+            "breakdown, assumptions."
         ),
         request=EstimateMemoryRequest,
         result=EstimateMemoryResult,
         fn=estimate_memory,
     ),
     Tool(
+        name="estimate_throughput",
+        command="estimate-throughput",
+        title="Estimate step time and throughput",
+        description=(
+            "Step time, tokens/s and TFLOP/s per GPU of a config, term by term, from the model plan_layout "
+            "ranks by. Use to compare a user's layouts. Returns step_s, tokens_per_s with its error range, "
+            "tflops_per_gpu, mfu, terms_s."
+        ),
+        request=EstimateThroughputRequest,
+        result=EstimateThroughputResult,
+        fn=estimate_throughput,
+    ),
+    Tool(
         name="pick_recompute",
         command="pick-recompute",
         title="Pick activation recompute",
         description=(
-            "The cheapest Megatron Core 0.19 recompute labels that make a config fit its GPU, full recompute "
-            "last. Use when estimate_memory says it does not fit. Returns the labels, peak before/after, Bridge "
-            "overrides, Megatron-LM flags, next steps when nothing fits."
+            "The cheapest Megatron Core 0.19 recompute labels that make a config fit with headroom, full "
+            "recompute last. Use when a config does not fit. Returns labels, peak before/after, both "
+            "dialects, alternatives, next steps."
         ),
         request=PickRecomputeRequest,
         result=PickRecomputeResult,
@@ -110,9 +127,9 @@ TOOLS: tuple[Tool, ...] = (
         command="lint",
         title="Lint a launch configuration",
         description=(
-            "Checks a pasted Megatron-LM launch script, Bridge key=value overrides or ConfigContainer object "
-            "against every rule at once. Use on any config a user pastes. Returns findings naming the flag or "
-            "key, what is not checked, a corrected config in both dialects."
+            "Checks a Megatron-LM launch script, Bridge overrides or ConfigContainer object against every rule. "
+            "Use on any config a user pastes. Returns findings by flag or key, and a corrected config in both "
+            "dialects, itself re-checked."
         ),
         request=LintConfigRequest,
         result=LintConfigResult,
@@ -123,10 +140,9 @@ TOOLS: tuple[Tool, ...] = (
         command="plan",
         title="Plan a long-context MoE layout",
         description=(
-            "Ranked complete plans for model, GPU, GPU count and sequence length: layout, split, cp_comm_type, "
-            "recompute, offload, dispatcher, precision, each passing every rule and fitting memory. Use for a "
-            "layout from scratch. Returns plans (memory, TFLOP/s, flags, overrides), the published layout "
-            "compared."
+            "Ranked complete plans for a model, GPU count and length, each passing every rule and fitting "
+            "with headroom. Use for a layout from scratch. Returns plans (memory, TFLOP/s, both dialects) and "
+            "the published layout compared."
         ),
         request=PlanLayoutRequest,
         result=PlanLayoutResult,

@@ -32,36 +32,36 @@ from typing import Any
 # The description each argument has on the wire: a few words, in the agent's terms. A field missing here
 # (a tool added later) keeps the first sentence of its request model's description.
 WIRE_DESCRIPTIONS = {
-    "model": "Catalog id (moe-lc://catalog/models) or HF config.json object.",
-    "gpu": "h100, h200, b200, b300, gb200 or gb300.",
+    "model": "Catalog id (moe-lc://catalog/models) or a config.json.",
+    "gpu": "h100, h200, b200, b300, gb200, gb300.",
     "num_gpus": "GPUs in the job.",
     "seq_len": "Tokens per sequence.",
-    "mtp_num_layers": "Unset: the model's own.",
+    "mtp_num_layers": "Unset: the model's.",
     "sequence_parallel": "Unset: on when TP > 1.",
     "target_tokens_per_shard": "Unset: 4096 (8192 on NVL72).",
-    "pipeline_layout": "Megatron layout string, e.g. 'Et|(tt|)*30mL'.",
+    "pipeline_layout": "Layout string, e.g. 'Et|(tt|)*30mL'.",
     "hierarchical_cp_sizes": "a2a+p2p sizes, e.g. [8, 4].",
     "moe_capacity_factor": "Unset: dropless.",
-    "recompute_modules": "Selective: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, "
-    "gdn_norm_out.",
-    "activation_offload": "Fine-grained offload modules.",
-    "cuda_graph_modules": "attn, mlp, moe, moe_router, moe_preprocess, mamba; empty: whole layer.",
-    "optimizer_cpu_offload_fraction": "Share offloaded to the CPU.",
-    "overhead_gib": "GiB outside tensors; unset: the stated default.",
+    "recompute_modules": "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, gdn_norm_out.",
+    "activation_offload": "Modules to offload.",
+    "cuda_graph_modules": "attn, mlp, moe, moe_router, moe_preprocess, mamba; none: whole layer.",
+    "optimizer_cpu_offload_fraction": "Share on the CPU.",
+    "overhead_gib": "GiB outside tensors.",
     "megatron_args": "Megatron-LM launch arguments: script text or a token list.",
     "bridge_overrides": "Bridge 'key=value' overrides (dotted ConfigContainer keys): text or a list.",
     "config": "A ConfigContainer-shaped object, or its JSON/YAML text.",
     "top_n": "How many plans to return.",
+    "nvte_cpu_offload_v1": "NVTE_CPU_OFFLOAD_V1=1 exported.",
 }
 
 # Arguments that share one definition per tool, named by a ``$ref``, instead of a description each:
 # on/off switches (named after the Megatron-LM flag, environment or dataset setting they stand for; which
 # one is in references/tools.md and the CLI's --help) and the parallel and micro-batch sizes.
 SHARED_DEFS = {
-    "off": {"type": "boolean", "default": False, "description": "Megatron switch of this name."},
-    "on": {"type": "boolean", "default": True, "description": "Megatron switch of this name."},
-    "size": {"type": "integer", "minimum": 1, "default": 1, "description": "Parallel or micro-batch size."},
-    "count": {"type": "integer", "minimum": 1, "description": "Unset: derived, or Megatron's default."},
+    "f": {"type": "boolean", "default": False, "description": "Switch, off unless set."},
+    "t": {"type": "boolean", "default": True, "description": "Switch, on unless set."},
+    "n": {"type": "integer", "minimum": 1, "default": 1, "description": "Parallel or batch size."},
+    "c": {"type": "integer", "minimum": 1, "description": "Unset: derived."},
 }
 SIZES = ("tp", "cp", "pp", "ep", "mbs")
 
@@ -70,18 +70,18 @@ def _shared_def(name: str, prop: dict[str, Any]) -> str | None:
     """The shared definition an argument's schema is, apart from its description, if any."""
     bare = {k: v for k, v in prop.items() if k != "description"}
     if bare == {"type": "boolean", "default": False}:
-        return "off"
+        return "f"
     if bare == {"type": "boolean", "default": True}:
-        return "on"
-    for ref in ("size", "count"):
+        return "t"
+    for ref in ("n", "c"):
         if bare == {k: v for k, v in SHARED_DEFS[ref].items() if k != "description"}:
-            return ref if ref == "count" or name in SIZES else None
+            return ref if ref == "c" or name in SIZES else None
     return None
 
 
-# Bounds at or above this are sanity caps of the request models (65536 GPUs, 2^24 tokens): the server still
-# enforces them, but they tell an agent nothing, so they are not sent.
-SANITY_CAP = 1000
+# Bounds at or above this are sanity caps of the request models (65536 GPUs, 2^24 tokens, 16 MTP layers): the
+# server still enforces them, but they tell an agent nothing, so they are not sent.
+SANITY_CAP = 16
 
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]'])\.\s")
 

@@ -40,9 +40,9 @@ MAX_ARGUMENTS_BYTES = 256 * 1024  # a request is a few hundred bytes; an inline 
 MAX_HTTP_BODY_BYTES = 1024 * 1024
 TOOL_TIME_LIMIT_S = 30.0  # every tool answers in milliseconds; this only guards against an engine bug
 
-READ_ONLY = ToolAnnotations(
-    read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
-)
+# Read-only and closed-world. The MCP spec gives destructiveHint and idempotentHint meaning only when
+# readOnlyHint is false, so sending them would cost every session bytes and say nothing.
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ DETAIL = "detail"
 DETAIL_SCHEMA = {
     "enum": ["summary", "full"],
     "default": "summary",
-    "description": "Text content: a summary, or the result as JSON.",
+    "description": "Text: summary or full.",
 }
 
 

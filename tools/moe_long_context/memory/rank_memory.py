@@ -117,15 +117,19 @@ def chunk_activations(
         kept_bytes, transient = _full_recompute_kept(ctx, inventories, offload)
         terms["decoder layers (full recompute: layer inputs)"] = kept_bytes
     else:
-        kept_per_layer = [kept(inv, recompute, offload) for inv in inventories]
+        # layers of a kind share one inventory list: sum each list once
+        per_inventory: dict[int, tuple[float, float]] = {}
+        for inv in inventories:
+            if id(inv) not in per_inventory:
+                reload = sum(s.bytes for s in inv if s.offload & offload and not s.removed_by & recompute)
+                per_inventory[id(inv)] = (kept(inv, recompute, offload), removed(inv, recompute) + reload)
+        kept_per_layer = [per_inventory[id(inv)][0] for inv in inventories]
         kept_bytes = sum(kept_per_layer)
         # Backward runs the layers in reverse: while layer j re-materialises what recompute dropped (and
         # reloads what was offloaded), the layers after it have already released their activations.
         transient, released = 0.0, 0.0
         for j in range(len(inventories) - 1, -1, -1):
-            inv = inventories[j]
-            reload = sum(s.bytes for s in inv if s.offload & offload and not s.removed_by & recompute)
-            transient = max(transient, removed(inv, recompute) + reload - released)
+            transient = max(transient, per_inventory[id(inventories[j])][1] - released)
             released += kept_per_layer[j]
         terms["decoder layers"] = kept_bytes
     h, rows = m.hidden_size, sh.seq_tokens

@@ -1,17 +1,17 @@
-"""pick_recompute: the cheapest real Megatron recompute setting that makes a configuration fit its GPU.
+"""pick_recompute: the real Megatron recompute setting with the least recompute time that fits the GPU with a
+headroom margin (default 5 % of usable HBM).
 
-Labels are tried cheapest bytes-saved-per-recompute-cost first (DESIGN.md): the output-discarding
-``layernorm``, ``moe_act``, ``mla_up_proj`` (and ``gdn_norm_out``), then ``mlp``, ``shared_experts``,
-then ``moe``; ``core_attn`` never (fused attention keeps almost nothing for it to free, and replaying
-attention is the most expensive kernel at long context). Full recompute comes last, block before
-uniform, with ``cuda_graph_impl=full_iteration`` when per-layer graphs are on. Every candidate is built
-as a full configuration and run through the engine's recompute, graphs, moe, precision and optimizer
-checks; one that adds an error is skipped. When nothing fits, the next steps (optimizer CPU offload,
-more CP or TP, more PP, smaller MBS) are estimated on the best setting with the GiB each buys.
+Cost is the step-time model's recompute term (what each Megatron Core 0.19 label replays). Each applicable
+label is measured alone per PP rank (never ``core_attn``: it replays attention and frees almost nothing with
+fused attention); label sets are ranked by summed cost and the cheapest whose estimate fits is confirmed in
+full. Full recompute comes last (block before uniform, ``full_iteration`` graphs when per-layer graphs are
+on). Every candidate runs through the engine's checks; one that adds an error is skipped. The result names
+the next cheaper and the next safer set; when nothing fits, the next steps with the GiB each buys.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -22,6 +22,7 @@ from ..engine.context import Context, build_context
 from ..engine.findings import Finding, errors, has_errors, sort_findings
 from ..engine.pipeline import propose_splits
 from ..engine.rules import finding, run
+from ..engine.step_time import step_time
 from ..errors import InputError
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
@@ -60,6 +61,24 @@ SPLIT_CLEARED = {
 class PickRecomputeRequest(TrainingConfig):
     """A complete training configuration (seq_len and gpu required); its recompute fields are replaced."""
 
+    headroom: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=0.5,
+        description="Share of usable HBM the choice must leave free (default 0.05 = 5 %).",
+    )
+
+
+class Alternative(BaseModel):
+    kind: str = Field(description="cheaper (less recompute time, over the budget) or safer (lower peak).")
+    recompute_granularity: str | None = Field(description="selective or full.")
+    recompute_modules: list[str] = Field(description="The selective labels of this alternative.")
+    recompute_method: str | None = Field(description="uniform or block for full recompute.")
+    recompute_num_layers: int | None = Field(description="Layers per recompute group (full recompute).")
+    peak_gib: float = Field(description="Estimated peak with it, GiB.")
+    fits: bool = Field(description="Whether it fits the usable memory less the headroom.")
+    recompute_s: float = Field(description="Seconds per step its recompute adds (step-time model).")
+
 
 class LabelGain(BaseModel):
     label: str = Field(description="The recompute label (or 'full: <method> x <n>') added at this step.")
@@ -70,9 +89,7 @@ class LabelGain(BaseModel):
 class NextStep(BaseModel):
     action: str = Field(description="What to change, in the order to try it.")
     settings: dict[str, Any] = Field(description="Request fields to set.")
-    gib_saved: float = Field(
-        description="GiB this change removes from the peak (on top of the chosen recompute)."
-    )
+    gib_saved: float = Field(description="GiB this change removes from the peak (on top of the recompute).")
     peak_gib: float = Field(description="Peak with this change.")
     fits: bool = Field(description="Whether the peak then fits the GPU.")
     note: str = Field(description="What the change costs or needs.")
@@ -82,13 +99,13 @@ class PickRecomputeResult(BaseModel):
     valid: bool = Field(
         description="True when no finding is an error (Megatron would accept the configuration)."
     )
-    fits: bool = Field(description="The chosen setting's estimated peak fits the GPU.")
+    fits: bool = Field(description="The chosen setting's estimated peak fits the GPU with the headroom.")
     recompute_granularity: str | None = Field(description="selective, full, or None (no recompute needed).")
     recompute_modules: list[str] = Field(description="Megatron Core 0.19 labels for selective recompute.")
     recompute_method: str | None = Field(description="uniform or block for full recompute.")
     recompute_num_layers: int | None = Field(description="Layers per recompute group (full recompute).")
     other_settings: dict[str, Any] = Field(
-        description="Other request fields the choice needs (full_iteration graphs for full recompute)."
+        description="Other fields the choice needs (full_iteration graphs)."
     )
     peak_gib_before: float | None = Field(description="Estimated peak of the configuration as given, GiB.")
     peak_gib_after: float | None = Field(description="Estimated peak with the chosen recompute, GiB.")
@@ -99,6 +116,12 @@ class PickRecomputeResult(BaseModel):
     next_steps: list[NextStep] = Field(
         description="When nothing fits: what to change next, in order, with the GiB each buys."
     )
+    headroom: float = Field(description="Share of usable HBM the choice leaves free.")
+    budget_gib: float = Field(description="usable_gib x (1 - headroom): what the peak must stay under.")
+    recompute_s: float | None = Field(
+        description="Seconds per step the chosen recompute adds (step-time model)."
+    )
+    alternatives: list[Alternative] = Field(description="The next cheaper label set and the next safer one.")
     findings: list[Finding]
 
 
@@ -116,6 +139,7 @@ class Trial:
         self.new_errors = [f for f in errors(found) if f.code not in baseline_errors]
         mm = memory_model(self.ctx) if not self.new_errors else None
         self.peak = mm.peak_rank.total if mm is not None else math.inf
+        self.rank_totals = [r.total for r in mm.ranks] if mm is not None else []
 
     @property
     def accepted(self) -> bool:
@@ -161,10 +185,18 @@ def _skip_finding(what: str, trial: Trial) -> Finding:
     )
 
 
+DEFAULT_HEADROOM = 0.05  # share of usable HBM a choice leaves free (allocator growth, NCCL, fragmentation)
+MAX_VERIFIED = 6  # label sets tried in full, cheapest first, before the search falls back to all labels
+
+
 class Picker:
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, headroom: float = DEFAULT_HEADROOM, report: bool = True):
         self.ctx = ctx
+        self.report = (
+            report  # measure what each chosen label buys (the tool reports it; the planner does not)
+        )
         self.usable = ctx.gpu.usable_hbm_gib * GIB
+        self.budget = self.usable * (1 - headroom)
         self.base = ctx.cfg.model_dump(exclude_unset=True)
         cleared = {**self.base, **CLEARED}
         self.baseline_errors = {
@@ -172,12 +204,14 @@ class Picker:
         }
         self.findings: list[Finding] = []
         self.gains: list[LabelGain] = []
+        self.sets: list[tuple[float, float, tuple[str, ...]]] = []  # (cost s, estimated peak, labels)
+        self.tried: dict[tuple[str, ...], Trial] = {}
 
     def trial(self, changes: dict[str, Any]) -> Trial:
         return Trial(self.base, changes, self.ctx.model, self.ctx.gpu, self.baseline_errors)
 
     def fits(self, trial: Trial) -> bool:
-        return trial.accepted and trial.peak <= self.usable
+        return trial.accepted and trial.peak <= self.budget
 
     def _gain(self, label: str, before: float, trial: Trial) -> None:
         self.gains.append(
@@ -188,36 +222,97 @@ class Picker:
             )
         )
 
+    def labels_trial(self, labels: tuple[str, ...]) -> Trial:
+        if labels not in self.tried:
+            self.tried[labels] = self.trial(_selective(list(labels)) if labels else dict(CLEARED))
+        return self.tried[labels]
+
+    def cost(self, trial: Trial) -> float:
+        """Seconds per step the recompute of ``trial`` adds (the step-time model's recompute term)."""
+        return step_time(trial.ctx).terms.get("recompute", 0.0)
+
     def selective(self, start: Trial) -> Trial:
-        """Add labels in preference order until the peak fits, then drop those that became redundant."""
-        chosen: list[str] = []
-        best = start
+        """The cheapest set of labels (by the step time's recompute term) whose peak fits the budget.
+
+        Each label's saving and cost are measured alone; sets are ranked by their summed cost, the sets whose
+        summed saving reaches the budget are tried in full cheapest first (savings are not exactly additive).
+        When none fits, every label together is the most memory-saving selective setting."""
+        saving: dict[str, list[float]] = {}  # per PP rank: the peak moves between ranks as labels are added
+        cost: dict[str, float] = {}
         for label in _applicable(self.ctx):
-            trial = self.trial(_selective([*chosen, label]))
+            trial = self.labels_trial((label,))
             if not trial.accepted:
                 self.findings.append(_skip_finding(f"recompute module {label!r}", trial))
                 continue
-            if best.peak - trial.peak < MIN_SAVING:
-                continue
-            self._gain(label, best.peak, trial)
-            chosen.append(label)
-            best = trial
-            if self.fits(best):
+            per_rank = [a - b for a, b in zip(start.rank_totals, trial.rank_totals, strict=True)]
+            if max(per_rank, default=0.0) >= MIN_SAVING:
+                saving[label], cost[label] = per_rank, self.cost(trial)
+        order = [x for x in PREFERENCE if x in saving]
+        self.sets = []
+        for n in range(1, len(order) + 1):
+            for combo in itertools.combinations(order, n):
+                if "moe" in combo and ({"moe_act", "shared_experts"} & set(combo)):
+                    continue  # moe replays the whole block: these add nothing
+                est = max(
+                    total - sum(saving[x][r] for x in combo) for r, total in enumerate(start.rank_totals)
+                )
+                self.sets.append((sum(cost[x] for x in combo), est, combo))
+        self.sets.sort()
+        best: Trial | None = None
+        for _, _, combo in [x for x in self.sets if x[1] <= self.budget][:MAX_VERIFIED]:
+            trial = self.labels_trial(combo)
+            if self.fits(trial):
+                best = trial
                 break
-        if self.fits(best):
-            pruned = False
-            for label in reversed(chosen[:-1]):
-                fewer = [x for x in chosen if x != label]
-                trial = self.trial(_selective(fewer))
-                if self.fits(trial):
-                    chosen, best, pruned = fewer, trial, True
-            if pruned:  # re-measure what each remaining label buys, in order
-                self.gains, previous = [], start
-                for i, label in enumerate(chosen):
-                    trial = best if i == len(chosen) - 1 else self.trial(_selective(chosen[: i + 1]))
-                    self._gain(label, previous.peak, trial)
-                    previous = trial
+        if best is None:
+            best = self.labels_trial(tuple(order)) if order else start
+        if not self.report:
+            return best
+        chosen = [x for x in PREFERENCE if x in set(best.cfg.recompute_modules or [])]
+        previous = start
+        for i in range(len(chosen)):
+            trial = self.labels_trial(tuple(chosen[: i + 1]))
+            self._gain(chosen[i], previous.peak, trial)
+            previous = trial
         return best
+
+    def alternatives(self, best: Trial) -> list[Alternative]:
+        """The next cheaper label set (it does not fit the budget, or it would have been chosen) and the next
+        safer one (the cheapest that leaves a lower peak), each measured in full."""
+        if best.cfg.recompute_granularity != "selective" or not self.sets:
+            return []
+        labels = tuple(x for x in PREFERENCE if x in set(best.cfg.recompute_modules or []))
+        chosen_cost = self.cost(best)
+        out = []
+        cheaper = [x for x in self.sets if x[0] < chosen_cost and x[2] != labels]
+        if cheaper:
+            combo = min(cheaper, key=lambda x: x[1])[2]  # of the cheaper sets, the one saving the most
+            out.append(self._alternative("cheaper", self.labels_trial(combo)))
+        for _, _, combo in sorted((x for x in self.sets if x[2] != labels), key=lambda x: x[0]):
+            trial = self.labels_trial(combo)
+            if trial.accepted and trial.peak < best.peak - MIN_SAVING and self.cost(trial) >= chosen_cost:
+                out.append(self._alternative("safer", trial))
+                break
+        else:  # no selective set leaves less: full recompute is the safer choice
+            full = self._full_trial("uniform", 1)
+            if full.accepted and full.peak < best.peak - MIN_SAVING:
+                out.append(self._alternative("safer", full))
+        return out
+
+    def _alternative(self, kind: str, trial: Trial) -> Alternative:
+        c = trial.cfg
+        return Alternative(
+            kind=kind,
+            recompute_granularity=c.recompute_granularity,
+            recompute_modules=list(c.recompute_modules or [])
+            if c.recompute_granularity == "selective"
+            else [],
+            recompute_method=c.recompute_method,
+            recompute_num_layers=c.recompute_num_layers,
+            peak_gib=round(trial.peak / GIB, 3),
+            fits=self.fits(trial),
+            recompute_s=round(self.cost(trial), 4),
+        )
 
     def _full_trial(self, method: str, layers: int) -> Trial:
         return self.trial(
@@ -421,7 +516,7 @@ def overrides(
 
 
 def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
-    cfg = TrainingConfig(**req.model_dump(exclude_unset=True))
+    cfg = TrainingConfig(**req.model_dump(exclude_unset=True, exclude={"headroom"}))
     require_seq_len(cfg)
     if cfg.gpu is None:
         raise InputError(
@@ -432,6 +527,7 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
     ctx = build_context(cfg)
     given = memory_model(ctx)
     usable = ctx.gpu.usable_hbm_gib
+    margin = dict(headroom=req.headroom, budget_gib=round(usable * (1 - req.headroom), 3))
     if given is None:
         found = sort_findings([*run(ctx, PICK_FAMILIES), *memory_findings(ctx, None)])
         return PickRecomputeResult(
@@ -449,9 +545,12 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
             bridge_overrides=[],
             megatron_lm_flags=[],
             next_steps=[],
+            alternatives=[],
+            recompute_s=None,
+            **margin,
             findings=found,
         )
-    picker = Picker(ctx)
+    picker = Picker(ctx, req.headroom)
     best = picker.pick()
     steps = [] if picker.fits(best) else next_steps(picker, best)
     if not picker.fits(best):
@@ -459,7 +558,8 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
             finding(
                 "RECOMPUTE_PICK_NO_FIT",
                 f"Even the most memory-saving recompute Megatron accepts here leaves {best.peak / GIB:.1f} GiB "
-                f"on the peak rank, above the {usable:g} GiB of {ctx.gpu.name}.",
+                f"on the peak rank, above the {margin['budget_gib']:g} GiB budget ({usable:g} GiB of "
+                f"{ctx.gpu.name} less {req.headroom:.0%} headroom).",
                 "Apply the next steps in order: "
                 + "; ".join(f"{s.action} ({s.gib_saved:+.1f} GiB)" for s in steps)
                 if steps
@@ -492,5 +592,8 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
         bridge_overrides=bridge,
         megatron_lm_flags=flags,
         next_steps=steps,
+        alternatives=picker.alternatives(best) if picker.fits(best) else [],
+        recompute_s=round(picker.cost(best), 4),
+        **margin,
         findings=findings,
     )

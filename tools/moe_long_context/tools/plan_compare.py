@@ -13,23 +13,34 @@ from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from ..model.catalog import load_model
 from ..model.specs import GpuSpec, ModelSpec
-from .plan_evaluate import Evaluated, _offloaded_state_bytes
+from .plan_evaluate import Evaluated
 from .plan_models import PlanLayoutRequest, ReferenceComparison
-from .plan_search import _vpp_from_layout, recompute_fraction, seconds_per_token
+from .plan_search import _vpp_from_layout, seconds_per_token
 
 
-def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[tuple[Any, Evaluated | None]]:
-    """Published layouts for this exact job, evaluated like a plan (their own recompute and offload)."""
+def published_for(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[Any]:
+    """Published layouts (engine/layouts.yaml) for this exact job: model, GPU, GPU count and length."""
     from ..engine.representative import representative_layouts
 
+    job = (model.id, gpu.id, req.num_gpus, req.seq_len)
+    return [
+        layout
+        for layout in representative_layouts()
+        if (load_model(layout.config["model"]).id, layout.config["gpu"], layout.config["num_gpus"],
+            layout.config["seq_len"]) == job
+    ]  # fmt: skip
+
+
+def _references(
+    model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, gbs: int
+) -> list[tuple[Any, Evaluated | None]]:
+    """Published layouts for this exact job at the plans' global batch, evaluated like a plan (their own
+    recompute and offload)."""
     out = []
-    for layout in representative_layouts():
-        c = layout.config
-        if (load_model(c["model"]).id, c["gpu"], c["num_gpus"], c["seq_len"]) != (
-            model.id, gpu.id, req.num_gpus, req.seq_len
-        ):  # fmt: skip
-            continue
-        c = {**c, "launcher": req.launcher}
+    for layout in published_for(model, gpu, req):
+        c = {**layout.config, "gbs": gbs, "launcher": req.launcher}
+        if req.overhead_gib is not None:
+            c["overhead_gib"] = req.overhead_gib
         # the TE loss kernel is a Bridge recipe choice Megatron-LM refuses (LM_CROSS_ENTROPY_TE)
         if req.launcher == "megatron-lm" and c.get("cross_entropy_fusion") == "te":
             c["cross_entropy_fusion"] = "native"
@@ -40,7 +51,7 @@ def _references(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[
         evaluated = None
         if mm is not None:
             peak = mm.peak_rank.total
-            step = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
+            step = step_time(ctx)
             evaluated = Evaluated(cfg, ctx, peak, step, found, [f"published layout: {layout.title}"])
         out.append((layout, evaluated))
     return out
@@ -51,19 +62,24 @@ def _same_plan(a: Evaluated, b: Evaluated) -> bool:
     return all(getattr(a.cfg, k) == getattr(b.cfg, k) for k in keys) and a.ctx.vpp == b.ctx.vpp
 
 
-def _compare(layout, e: Evaluated | None, found: list[Evaluated]) -> ReferenceComparison:
+def _compare(
+    layout, e: Evaluated | None, found: list[Evaluated], rank: int | None, budget: float
+) -> ReferenceComparison:
     base = dict(id=layout.id, title=layout.title, source=layout.source)
     if e is None:
-        return ReferenceComparison(**base, layout="-", valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
-                                   rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
-    fits = e.peak <= e.ctx.gpu.usable_hbm_gib * GIB
-    rank = next((i + 1 for i, x in enumerate(found) if x is e), None) if fits else None
+        return ReferenceComparison(**base, layout="-", settings={}, valid=False, fits=False, peak_gib=None, tflops_per_gpu=None,
+                                   tokens_per_s=None, rank=None, verdict="the engine reports an error for this layout")  # fmt: skip
+    fits = e.peak <= budget
+    rank = rank if fits else None
     top = found[0] if found else None
     if not fits:
         verdict = (
-            f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {e.ctx.gpu.usable_hbm_gib:g} GiB usable"
+            f"estimated {e.peak / GIB:.1f} GiB per GPU, above the {budget / GIB:.1f} GiB budget "
+            f"({e.ctx.gpu.usable_hbm_gib:g} GiB usable less the headroom)"
         )
-    elif top is None or top is e:
+    elif top is None:
+        verdict = "no plan of this request (dispatcher, precision) to compare it with"
+    elif top is e or seconds_per_token(e.step) <= seconds_per_token(top.step):
         verdict = "the published layout is the fastest plan found"
     else:
         gain = seconds_per_token(e.step) / seconds_per_token(top.step) - 1
@@ -83,10 +99,12 @@ def _compare(layout, e: Evaluated | None, found: list[Evaluated]) -> ReferenceCo
     return ReferenceComparison(
         **base,
         layout=e.ctx.layout.describe(),
+        settings=e.cfg.model_dump(mode="json", exclude_defaults=True),
         valid=not has_errors(e.findings),
         fits=fits,
         peak_gib=round(e.peak / GIB, 2),
         tflops_per_gpu=round(e.step.tflops_per_gpu, 1),
+        tokens_per_s=round(e.step.tokens_per_step / e.step.step_s, 1),
         rank=rank,
         verdict=verdict,
     )

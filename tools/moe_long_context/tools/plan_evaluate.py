@@ -9,7 +9,7 @@ from typing import Any
 from ..dialects.overrides import bridge_override_list, bridge_python_snippet, megatron_args_for
 from ..engine.config import TrainingConfig
 from ..engine.context import Context
-from ..engine.findings import Finding, has_errors, sort_findings
+from ..engine.findings import Finding, errors, has_errors, sort_findings
 from ..engine.rules import run
 from ..engine.step_time import step_time
 from ..memory.rank_memory import memory_model
@@ -18,24 +18,7 @@ from ..model.specs import GpuSpec, ModelSpec
 from .estimate_memory import breakdown
 from .pick_recompute import Picker
 from .plan_models import Plan, PlanLayoutRequest, PlanMemory, PlanThroughput
-from .plan_search import Candidate, _settings, recompute_fraction
-
-
-def _offloaded_state_bytes(ctx: Context) -> float:
-    from ..engine.step_time import _params_per_rank
-
-    if not ctx.cfg.optimizer_cpu_offload_fraction:
-        return 0.0
-    dense, expert = 0.0, 0.0
-    split = ctx.split.split
-    layers = list(range(ctx.model.num_layers // max(1, ctx.cfg.pp)))
-    if split is not None:
-        layers = list(range(max(split.decoders_per_rank)))
-    dense, expert = _params_per_rank(ctx, layers)
-    shard = max(1, (ctx.layout.dp or 1) * ctx.cfg.cp)
-    return (
-        12 * ctx.cfg.optimizer_cpu_offload_fraction * (dense / shard + expert / max(1, ctx.layout.edp or 1))
-    )
+from .plan_search import Candidate, _settings
 
 
 @dataclass
@@ -48,38 +31,59 @@ class Evaluated:
     notes: list[str]
 
 
+GRAPHS = {
+    "cuda_graph_impl": "transformer_engine",
+    "cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"],
+}
+
+
 def evaluate(
     cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict
-) -> Evaluated | None:
+) -> Evaluated | str:
+    """The plan a candidate makes (cheapest recompute that fits the budget, offload if needed, CUDA graphs if
+    accepted and they still fit), or why it makes none."""
     settings = _settings(cand, model, gpu, req, base)
     cfg = TrainingConfig(**settings)
     ctx = Context(cfg=cfg, model=model, gpu=gpu)
-    if has_errors(run(ctx)):
-        return None
+    found = errors(run(ctx))
+    if found:
+        return f"rule {found[0].code}"
     notes: list[str] = []
-    picker = Picker(ctx)
+    picker = Picker(ctx, req.headroom, report=False)
     best = picker.pick()
     if not picker.fits(best) and req.allow_optimizer_offload:
         for fraction in (0.5, 1.0):
-            changes = {
-                **best.changes,
-                "optimizer_cpu_offload_fraction": fraction,
-                "use_precision_aware_optimizer": True,
-            }
-            trial = picker.trial(changes)
-            if picker.fits(trial):
-                best = trial
+            offload = {"optimizer_cpu_offload_fraction": fraction, "use_precision_aware_optimizer": True}
+            off_ctx = Context(cfg=TrainingConfig(**{**settings, **offload}), model=model, gpu=gpu)
+            off_picker = Picker(off_ctx, req.headroom, report=False)
+            trial = off_picker.pick()
+            if off_picker.fits(trial):
+                picker, best = off_picker, trial
                 notes.append("recompute alone does not fit: optimizer CPU offload makes room")
                 break
     if not picker.fits(best):
-        return None
-    cfg = best.cfg
-    ctx = best.ctx
-    found = run(ctx)
+        return "memory: over the budget even with full recompute and optimizer offload"
+    graphs = _with_graphs(picker, best)
+    if graphs is not None:
+        best = graphs
+        notes.append("CUDA graphs (TE: attn, moe_router, moe_preprocess) are accepted and still fit")
+    found = run(best.ctx)
     if has_errors(found):
+        return f"rule {errors(found)[0].code}"
+    return Evaluated(best.cfg, best.ctx, best.peak, step_time(best.ctx), found, notes)
+
+
+def _with_graphs(picker: Picker, best):
+    """Per-layer TE CUDA graphs of the dropless-MoE scopes, when every rule accepts them and the plan still fits.
+    Not with full recompute (it needs full-iteration graphs) nor with layernorm recompute (Megatron silently
+    drops the pre-MLP norm recompute under a moe_router graph with these dispatchers)."""
+    c = best.cfg
+    if c.recompute_granularity == "full" or "layernorm" in (c.recompute_modules or []):
         return None
-    st = step_time(ctx, recompute_fraction(ctx), _offloaded_state_bytes(ctx))
-    return Evaluated(cfg, ctx, best.peak, st, found, notes)
+    trial = picker.trial({**best.changes, **GRAPHS})
+    if not picker.fits(trial) or has_errors(run(trial.ctx)):
+        return None
+    return trial
 
 
 def _why(e: Evaluated, best: Evaluated | None) -> list[str]:
@@ -98,11 +102,12 @@ def _why(e: Evaluated, best: Evaluated | None) -> list[str]:
         out.append(f"optimizer CPU offload {c.optimizer_cpu_offload_fraction:.0%}")
     out += e.notes
     if best is not None and best is not e:
-        out.append(f"{best.step.step_s / e.step.step_s:.0%} of the top plan's throughput per token")
+        share = (e.step.tokens_per_step / e.step.step_s) / (best.step.tokens_per_step / best.step.step_s)
+        out.append(f"{share:.0%} of the top plan's tokens per second")
     return out
 
 
-def _plan(rank: int, e: Evaluated, best: Evaluated | None) -> Plan:
+def _plan(rank: int, e: Evaluated, best: Evaluated | None, variants: list[Evaluated], tied: bool) -> Plan:
     c, ctx = e.cfg, e.ctx
     mm = memory_model(ctx)
     stages = [
@@ -132,4 +137,15 @@ def _plan(rank: int, e: Evaluated, best: Evaluated | None) -> Plan:
         bridge_overrides=bridge_override_list(c),
         bridge_snippet=bridge_python_snippet(c),
         findings=[f for f in sort_findings(e.findings) if f.code not in ("PARALLEL_FOLDING",)],
+        tied_with_top=tied,
+        vpp_variants=[_variant(v) for v in variants],
     )
+
+
+def _variant(v: Evaluated) -> dict[str, Any]:
+    return {
+        "vpp": v.ctx.vpp or 1,
+        "tokens_per_s": round(v.step.tokens_per_step / v.step.step_s, 1),
+        "peak_gib": round(v.peak / GIB, 2),
+        "pipeline_layout": v.cfg.pipeline_layout,
+    }

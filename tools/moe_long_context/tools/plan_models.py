@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
 from ..engine.findings import Finding
 
-MAX_EVALUATED = 24  # full evaluations (rules + memory + recompute + time) per request at most
+MAX_EVALUATED = 40  # full evaluations (rules + memory + recompute + time) per request at most
 
 
 class PlanLayoutRequest(_Args):
@@ -21,7 +21,8 @@ class PlanLayoutRequest(_Args):
         default=None,
         ge=1,
         le=MAX_SEQ_LEN,
-        description="Global batch size. Unset: each plan uses 8 x PP microbatches per step (a multiple of PP).",
+        description="Global batch size every plan and the published layout are compared at. Unset: the "
+        "published layout's batch for this job if there is one, else 2^23 tokens a step (2^23 / seq_len).",
     )
     precision: Precision | None = Field(
         default=None,
@@ -41,6 +42,12 @@ class PlanLayoutRequest(_Args):
         le=1024.0,
         description="GiB each GPU keeps outside allocated tensors (CUDA context, NCCL, fragmentation); every "
         "plan must fit with it. Unset: the memory model's default. Raise it to plan with more headroom.",
+    )
+    headroom: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=0.5,
+        description="Share of usable HBM every plan leaves free (default 0.05 = 5 %), on top of the overhead.",
     )
     launcher: str = Field(default="bridge", description="bridge or megatron-lm (which checks apply).")
     top_n: int = Field(default=5, ge=1, le=20, description="How many plans to return.")
@@ -75,6 +82,12 @@ class Plan(BaseModel):
         description="Python applying the overrides to a Bridge recipe's ConfigContainer."
     )
     findings: list[Finding] = Field(description="Warnings and info the engine reports on this plan.")
+    tied_with_top: bool = Field(
+        description="Tokens/s within the step-time model's stated error of the top plan's: a tie."
+    )
+    vpp_variants: list[dict[str, Any]] = Field(
+        description="The same plan with other VPP (and split): vpp, tokens_per_s, peak_gib (grouped, not ranked)."
+    )
 
 
 class ReferenceComparison(BaseModel):
@@ -84,12 +97,17 @@ class ReferenceComparison(BaseModel):
     title: str
     source: str
     layout: str
+    settings: dict[str, Any] = Field(
+        description="The engine fields evaluated: the published layout at the plans' GBS."
+    )
     valid: bool = Field(description="No error finding from the engine's rules.")
     fits: bool = Field(description="The memory model estimates it fits the GPU.")
     peak_gib: float | None
     tflops_per_gpu: float | None
+    tokens_per_s: float | None = Field(description="At the plans' global batch.")
     rank: int | None = Field(
-        description="Its place among the feasible plans (1 = fastest); None if infeasible."
+        description="Its place among the feasible plans (1 = fastest); None if it does not fit the budget or "
+        "has another dispatcher or precision than the request."
     )
     verdict: str = Field(description="Why the top plan is (or is not) preferred, by the step-time terms.")
 
@@ -98,9 +116,12 @@ class PlanLayoutResult(BaseModel):
     def render_text(self) -> str:
         """A compact summary for people: one line per plan, then each plan's reasons and overrides."""
         lines = [
-            f"{self.candidates} candidates, {self.evaluated} evaluated in full, {self.feasible} feasible",
+            f"{self.candidates} candidates, {self.evaluated} evaluated in full, {self.feasible} feasible; "
+            f"GBS {self.gbs} for every plan, {self.headroom:.0%} headroom",
             "",
         ]
+        if self.no_plan_reason:
+            lines += [f"no plan: {self.no_plan_reason}", ""]
         for p in self.plans:
             s = p.settings
             recompute = s.get("recompute_granularity") or "none"
@@ -112,23 +133,33 @@ class PlanLayoutResult(BaseModel):
             lines.append(
                 f"#{p.rank}  {p.layout}  cp_comm={s.get('cp_comm_type') or '-'}  recompute={recompute}  "
                 f"offload={offload:.0%}  peak {p.memory.peak_gib:.1f}/{p.memory.usable_gib:g} GiB  "
-                f"{p.throughput.tflops_per_gpu:.0f} TFLOP/s/GPU  MFU {p.throughput.mfu:.1%}"
+                f"{p.throughput.tokens_per_s:,.0f} tok/s  {p.throughput.tflops_per_gpu:.0f} TFLOP/s/GPU  "
+                f"MFU {p.throughput.mfu:.1%}{'  (tie)' if p.tied_with_top and p.rank > 1 else ''}"
             )
         for ref in self.references:
             lines += ["", f"published: {ref.title} ({ref.layout}): {ref.tflops_per_gpu} TFLOP/s/GPU, "
-                      f"{'rank ' + str(ref.rank) if ref.rank else 'not feasible'}; {ref.verdict}"]  # fmt: skip
+                      f"{'rank ' + str(ref.rank) if ref.rank else 'not ranked'}; {ref.verdict}"]  # fmt: skip
         for p in self.plans:
             lines += ["", f"#{p.rank} {p.layout}", *(f"  - {w}" for w in p.why), "  Bridge overrides:"]
             lines += [f"    {o}" for o in p.bridge_overrides]
         return "\n".join(lines)
 
+    valid: bool = Field(description="False when no plan fits; no_plan_reason says why.")
+    gbs: int = Field(description="The global batch every plan and the published layout use.")
+    headroom: float = Field(description="Share of usable HBM every plan leaves free.")
+    no_plan_reason: str | None = Field(description="Why there is no plan (None when there are plans).")
+    excluded: dict[str, int] = Field(description="Candidates left out, counted by the reason.")
     plans: list[Plan]
     references: list[ReferenceComparison] = Field(
         description="Published layouts for this model, GPU, GPU count and sequence length, evaluated the same way."
     )
-    candidates: int = Field(description="Layouts that factor the world and split the layers.")
+    candidates: int = Field(
+        description="Layouts enumerated (TP, CP, PP, VPP, EP, MBS), before any exclusion."
+    )
     evaluated: int = Field(description="Candidates evaluated in full (rules, memory, recompute, time).")
-    feasible: int = Field(description="Evaluated candidates that pass every rule and fit memory.")
+    feasible: int = Field(
+        description="Evaluated candidates (and published layouts) that pass every rule and fit the budget."
+    )
     assumptions: list[str]
     findings: list[Finding]
 

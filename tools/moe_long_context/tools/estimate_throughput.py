@@ -1,0 +1,87 @@
+"""estimate_throughput: step time, tokens/s and model TFLOP/s per GPU of a configuration the user already has.
+
+It is the planner's step-time model (``engine/step_time.py``) called on the configuration as given: the same
+function plan_layout ranks its plans with, with the recompute and optimizer offload the configuration sets, so
+a user's own layout and a plan compare term by term.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ..engine.config import TrainingConfig
+from ..engine.context import build_context
+from ..engine.findings import Finding, has_errors, sort_findings
+from ..engine.rules import run
+from ..engine.step_time import ASSUMPTIONS, STATED_ERROR, step_time
+from ..errors import InputError
+from .estimate_memory import ESTIMATE_FAMILIES, require_seq_len
+
+
+class EstimateThroughputRequest(TrainingConfig):
+    """A complete training configuration (gpu and seq_len required) to estimate the step time of."""
+
+
+class EstimateThroughputResult(BaseModel):
+    valid: bool = Field(
+        description="True when no finding is an error (Megatron would accept the configuration)."
+    )
+    step_s: float | None = Field(description="Estimated seconds per training step; None when not valid.")
+    tokens_per_step: int | None = Field(description="GBS x sequence length.")
+    tokens_per_s: float | None = Field(description="Tokens per second for the whole job.")
+    tokens_per_s_range: list[float] | None = Field(
+        description="tokens_per_s within the model's stated error: [low, high]."
+    )
+    tflops_per_gpu: float | None = Field(description="Model TFLOP/s per GPU (Megatron's FLOPs formula).")
+    mfu: float | None = Field(description="tflops_per_gpu / dense FP8 peak (Megatron Bridge's denominator).")
+    mfu_denominator_tflops: float | None = Field(description="The peak MFU is taken against, TFLOP/s.")
+    microbatches: int | None = Field(description="Microbatches per step per DP rank.")
+    bubble_fraction: float | None = Field(description="Share of the step the pipeline bubble takes.")
+    terms_s: dict[str, float] = Field(
+        description="Seconds per step by term on the busiest pipeline stage, largest first."
+    )
+    recompute_by_label_s: dict[str, float] = Field(
+        description="The recompute term split by the label (or 'full') that replays the work."
+    )
+    stated_error: float = Field(description="Relative error the model states on tokens/s and TFLOP/s.")
+    assumptions: list[str] = Field(description="Every constant and simplification of the model.")
+    findings: list[Finding]
+
+
+def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputResult:
+    cfg = TrainingConfig(**req.model_dump(exclude_unset=True))
+    require_seq_len(cfg)
+    if cfg.gpu is None:
+        raise InputError(
+            "gpu", None, "a GPU catalog id (h100, h200, b200, b300, gb200, gb300): time needs a GPU"
+        )
+    ctx = build_context(cfg)
+    findings = sort_findings(run(ctx, ESTIMATE_FAMILIES))
+    empty = dict.fromkeys(
+        ("step_s", "tokens_per_step", "tokens_per_s", "tokens_per_s_range", "tflops_per_gpu", "mfu",
+         "mfu_denominator_tflops", "microbatches", "bubble_fraction")
+    )  # fmt: skip
+    if has_errors(findings) or ctx.split.split is None or ctx.num_microbatches is None:
+        return EstimateThroughputResult(
+            valid=False, **empty, terms_s={}, recompute_by_label_s={}, stated_error=STATED_ERROR,
+            assumptions=list(ASSUMPTIONS), findings=findings,
+        )  # fmt: skip
+    st = step_time(ctx)
+    rate = st.tokens_per_step / st.step_s
+    return EstimateThroughputResult(
+        valid=True,
+        step_s=round(st.step_s, 4),
+        tokens_per_step=st.tokens_per_step,
+        tokens_per_s=round(rate, 1),
+        tokens_per_s_range=[round(rate * (1 - STATED_ERROR), 1), round(rate * (1 + STATED_ERROR), 1)],
+        tflops_per_gpu=round(st.tflops_per_gpu, 1),
+        mfu=round(st.mfu, 4),
+        mfu_denominator_tflops=st.mfu_denominator_tflops,
+        microbatches=ctx.num_microbatches,
+        bubble_fraction=round(st.bubble_fraction, 4),
+        terms_s={k: round(v, 4) for k, v in sorted(st.terms.items(), key=lambda kv: -kv[1])},
+        recompute_by_label_s={k: round(v, 4) for k, v in sorted(st.recompute_by_label.items())},
+        stated_error=STATED_ERROR,
+        assumptions=list(ASSUMPTIONS),
+        findings=findings,
+    )
