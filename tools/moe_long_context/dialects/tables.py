@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from .shell import ShellSyntaxError, Word, split_words
+from .shell import quote as shell_quote
 
 LAUNCHER_FLAGS = {
     "--nnodes",
@@ -62,11 +64,12 @@ def megatron_flags() -> dict[str, dict[str, Any]]:
 
 @dataclass
 class ArgItem:
-    """One flag as written, with its values (strings) and the position it had."""
+    """One flag as written, with its values (strings) and where it was written."""
 
     flag: str
     values: list[str]
     inline: bool = False  # written as --flag=value
+    span: tuple[int, int] | None = None  # characters of the flag and its values in the source text
 
 
 @dataclass
@@ -77,10 +80,18 @@ class ParsedScript:
     launcher_tokens: list[str] = field(default_factory=list)  # everything before the Megatron flags
     unknown: list[str] = field(default_factory=list)  # flags Megatron-LM's parser would refuse
     unresolved: list[str] = field(default_factory=list)  # values with shell variables left
+    source: str = ""  # the text the spans refer to
+    insert_at: int | None = None  # where a flag the launch does not write yet goes (after the last one)
+    command_start: int | None = None  # start of the line the Megatron command begins on
+    missing_value: list[str] = field(default_factory=list)  # flags written without the value they need
+    stray: list[str] = field(default_factory=list)  # words argparse would refuse as unrecognized arguments
+    exports: dict[str, tuple[int, int]] = field(default_factory=dict)  # NAME -> span of its assignment
 
 
-_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ARRAY = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}$")
+_NUMBER = re.compile(r"^-\d|^-\.\d")
 
 
 def _expand(token: str, env: Mapping[str, str]) -> str:
@@ -95,64 +106,142 @@ def _expand(token: str, env: Mapping[str, str]) -> str:
     return _VAR.sub(sub, token)
 
 
-def _tokens(source: str | list[str]) -> list[str]:
-    if isinstance(source, list):
-        text = " ".join(shlex.quote(s) if " " in s and not s.startswith("--") else s for s in source)
-    else:
-        text = source
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=False)
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        return list(lexer)
-    except ValueError as exc:
-        raise InputError("megatron_args", text[:60] + "...", f"shell-like text ({exc})") from exc
+def _source_text(source: str | list[str]) -> str:
+    """The launch as one bash text. A list is argv: each element one word (a '--flag value' element is split)."""
+    if isinstance(source, str):
+        return source
+    parts = []
+    for s in source:
+        if s.startswith("--") and any(c.isspace() for c in s):
+            parts.append(s)
+        else:
+            parts.append(shell_quote(s))
+    return " ".join(parts)
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("--") and len(word) > 2
+
+
+def _is_option_like(word: str) -> bool:
+    """argparse reads a word that starts with '-' (and is not a negative number) as an option."""
+    return word.startswith("-") and len(word) > 1 and not _NUMBER.match(word)
 
 
 def parse_megatron_args(source: str | list[str]) -> ParsedScript:
-    """Parse Megatron-LM arguments as written in a launch script (continuations, comments, env)."""
+    """Parse Megatron-LM arguments as written in a launch script (continuations, comments, env, arrays)."""
     flags = megatron_flags()
-    parsed = ParsedScript()
-    tokens = [t for t in _tokens(source) if t not in ("(", ")", ";", "&&", "\\")]
-    # Variable assignments and launcher words come first; Megatron flags follow a *.py script or begin
-    # with the first known Megatron flag.
+    text = _source_text(source)
+    parsed = ParsedScript(source=text)
+    try:
+        words = split_words(text)
+    except ShellSyntaxError as exc:
+        raise InputError("megatron_args", text[:60] + ("..." if len(text) > 60 else ""),
+                         f"bash text ({exc})") from None  # fmt: skip
+    arrays: dict[str, list[Word]] = {}
+    commands: list[list[Word]] = [[]]
+    for w in words:
+        if w.kind == "sep":
+            commands.append([])
+        elif w.kind != "redirect":
+            commands[-1].append(w)
+    state = {"started": False, "done": False}
+    for cmd in commands:
+        if state["done"] and not (cmd and _is_flag(cmd[0].value)):
+            continue
+        _parse_command(cmd, parsed, arrays, flags, state)
+    return parsed
+
+
+def _assignments(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list[Word]]) -> int:
+    """Read leading VAR=value / export VAR=value / VAR=( ... ) words; return the index of the first other word."""
     i = 0
-    megatron_started = False
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.endswith("=(") or tok in ("export",):
+    while i < len(cmd):
+        w = cmd[i]
+        if w.kind == "word" and w.value in ("export", "declare", "local", "readonly") and i + 1 < len(cmd):
             i += 1
             continue
-        m = _ASSIGN.match(tok)
-        if m and not tok.startswith("-"):
-            parsed.env[m.group(1)] = _expand(m.group(2).strip("()"), parsed.env)
-            i += 1
+        m = _ASSIGN.match(w.value) if w.kind == "word" and not w.value.startswith("-") else None
+        if not m:
+            return i
+        name, value = m.group(1), m.group(2)
+        if value == "" and i + 1 < len(cmd) and cmd[i + 1].kind == "open":
+            j = i + 2
+            elems = []
+            while j < len(cmd) and cmd[j].kind != "close":
+                elems.append(cmd[j])
+                j += 1
+            arrays[name] = elems
+            parsed.exports[name] = (w.start, cmd[j].end if j < len(cmd) else cmd[-1].end)
+            i = j + 1
             continue
-        tok = _expand(tok, parsed.env)
-        if not tok.startswith("--"):
-            if not megatron_started:
+        parsed.env[name] = _expand(value, parsed.env)
+        parsed.exports[name] = (w.start, w.end)
+        i += 1
+    return i
+
+
+def _expanded(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list[Word]]) -> list[Word]:
+    """Words after variable expansion: arrays spread (keeping their spans), unquoted variables word-split."""
+    out: list[Word] = []
+    for w in cmd:
+        if w.kind != "word":
+            continue
+        m = _ARRAY.match(w.value)
+        if m and m.group(1) in arrays:
+            out.extend(_expanded(arrays[m.group(1)], parsed, arrays))
+            continue
+        value = _expand(w.value, parsed.env)
+        if value != w.value and not w.quoted and any(c.isspace() for c in value):
+            out.extend(Word(v, w.start, w.end, "split") for v in value.split())
+        elif value != w.value:
+            out.append(Word(value, w.start, w.end, "expanded", w.quoted))
+        else:
+            out.append(w)
+    return out
+
+
+def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list[Word]],
+                   flags: dict[str, dict[str, Any]], state: dict[str, bool]) -> None:  # fmt: skip
+    first = _assignments(cmd, parsed, arrays)
+    words = _expanded(cmd[first:], parsed, arrays)
+    if not words:
+        return
+    if not state["started"]:  # a new command: what came before was not the Megatron launch
+        parsed.command_start = parsed.source.rfind("\n", 0, cmd[first].start) + 1
+        parsed.launcher_tokens = []
+    i = 0
+    in_megatron = state["started"]
+    while i < len(words):
+        w = words[i]
+        tok = w.value
+        if not _is_flag(tok):
+            if not in_megatron:
                 parsed.launcher_tokens.append(tok)
-            if tok.endswith(".py"):
-                megatron_started = True
+                if tok.endswith(".py"):
+                    in_megatron = state["started"] = True
+            else:
+                parsed.stray.append(tok)
             i += 1
             continue
         name, eq, inline_value = tok.partition("=")
-        if name in LAUNCHER_FLAGS and name not in flags:
+        if not in_megatron and name in LAUNCHER_FLAGS and name not in flags:
+            key = name.replace("_", "-")
             if name in LAUNCHER_SWITCHES:
-                parsed.launcher[name.replace("_", "-")] = "true"
+                parsed.launcher[key] = "true"
+                parsed.launcher_tokens.append(tok)
+                i += 1
+            elif eq:
+                parsed.launcher[key] = inline_value
+                parsed.launcher_tokens.append(tok)
                 i += 1
             else:
-                value = inline_value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
-                parsed.launcher[name.replace("_", "-")] = _expand(value, parsed.env)
-                i += 1 if eq else 2
-            if not megatron_started:
-                if eq or name in LAUNCHER_SWITCHES:
-                    parsed.launcher_tokens.append(tok)
-                else:
-                    parsed.launcher_tokens.extend([tok, _expand(value, parsed.env)])
+                value = words[i + 1].value if i + 1 < len(words) else ""
+                parsed.launcher[key] = value
+                parsed.launcher_tokens.extend([tok, value])
+                i += 2
             continue
-        megatron_started = True
+        in_megatron = state["started"] = True
         spec = flags.get(name)
         values: list[str] = []
         j = i + 1
@@ -160,18 +249,25 @@ def parse_megatron_args(source: str | list[str]) -> ParsedScript:
             values = [inline_value]
         elif spec is None or spec["kind"] == "value":
             nargs = spec.get("nargs", 1) if spec else "*"
-            while j < len(tokens) and not tokens[j].startswith("--"):
+            while j < len(words) and not _is_option_like(words[j].value):
                 if nargs == 1 and values:
                     break
-                values.append(_expand(tokens[j], parsed.env))
+                values.append(words[j].value)
                 j += 1
         if spec is None:
             parsed.unknown.append(name)
-        values = [_expand(v, parsed.env) for v in values]
+        elif spec["kind"] == "value" and not values and spec.get("nargs", 1) in (1, "+"):
+            parsed.missing_value.append(name)
+        last = words[j - 1] if j > i else w
+        local = w.kind != "split" and last.kind != "split"  # written here, not inside a variable's value
+        span = (w.start, last.end) if local else None
         parsed.unresolved += [f"{name} {v}" for v in values if "$" in v]
-        parsed.items.append(ArgItem(name, values, inline=bool(eq)))
-        i = j if not eq else i + 1
-    return parsed
+        parsed.items.append(ArgItem(name, values, inline=bool(eq), span=span))
+        if local:
+            parsed.insert_at = max(parsed.insert_at or 0, last.end)
+        i = j
+    if in_megatron:
+        state["done"] = True
 
 
 # --------------------------------------------------------------------------- Bridge overrides
@@ -206,16 +302,92 @@ def _split_overrides(text: str) -> list[str]:
     return [i for i in items if i != "\\"]
 
 
-def parse_value(text: str) -> Any:
-    """An override value: YAML scalars and flow lists ([a,b]), None/null, True/False."""
-    stripped = text.strip()
-    if stripped in ("None", "none", "null", "~"):
+_HYDRA_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")
+_HYDRA_FLOAT = re.compile(
+    r"[+-]?(?:(?:\d(?:_?\d)*)?\.\d(?:_?\d)*(?:[eE][+-]?\d(?:_?\d)*)?|\d(?:_?\d)*\.(?:[eE][+-]?\d(?:_?\d)*)?"
+    r"|\d(?:_?\d)*[eE][+-]?\d(?:_?\d)*|[iI][nN][fF]|[nN][aA][nN])"
+)
+
+
+class HydraValueError(ValueError):
+    pass
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and quotes."""
+    parts, buf, depth, quote = [], "", 0, ""
+    for ch in text:
+        if quote:
+            buf += ch
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            buf += ch
+        elif ch in "[{":
+            depth += 1
+            buf += ch
+        elif ch in "]}":
+            depth -= 1
+            buf += ch
+        elif ch == sep and depth == 0:
+            parts.append(buf)
+            buf = ""
+        else:
+            buf += ch
+    if quote or depth:
+        raise HydraValueError("unbalanced quotes or brackets")
+    parts.append(buf)
+    return parts
+
+
+def _hydra_element(text: str) -> Any:
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        return t[1:-1].replace("\\" + t[0], t[0])
+    if t.startswith("["):
+        if not t.endswith("]"):
+            raise HydraValueError(f"{t!r}: a list must end with ]")
+        inner = t[1:-1].strip()
+        return [] if not inner else [_hydra_element(e) for e in _split_top(inner)]
+    if t.startswith("{"):
+        if not t.endswith("}"):
+            raise HydraValueError(f"{t!r}: a dict must end with }}")
+        inner = t[1:-1].strip()
+        out = {}
+        for pair in _split_top(inner) if inner else []:
+            key, colon, value = pair.partition(":")
+            if not colon:
+                raise HydraValueError(f"{pair!r}: a dict item is key:value")
+            out[key.strip()] = _hydra_element(value)
+        return out
+    if t.lower() == "null":
         return None
-    try:
-        value = yaml.safe_load(stripped)
-    except yaml.YAMLError:
-        return stripped
-    return value
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    if _HYDRA_INT.fullmatch(t):
+        return int(t.replace("_", ""))
+    if _HYDRA_FLOAT.fullmatch(t):
+        return float(t.replace("_", ""))
+    if any(c in t for c in "()=~") or t.startswith(("'", '"')):
+        raise HydraValueError(f"{t!r} needs quotes (Hydra refuses ( ) = ~ unquoted)")
+    return t
+
+
+def parse_value(text: str) -> Any:
+    """An override value as Hydra's override grammar reads it (Megatron Bridge 0.6.2, hydra-core 1.3).
+
+    Only ``null`` (any case) is None; ``none`` and ``None`` are strings. ``true``/``false`` (any case) are
+    booleans (``yes``/``on`` are strings); ``1_000`` is an int, ``1e3`` a float; ``[a,b]`` and nested lists
+    are lists with typed elements; quotes force a string. A bare comma is a Hydra sweep, which Bridge
+    refuses; ( ) = and ~ must be quoted. Raises HydraValueError for what Hydra would not parse.
+    """
+    stripped = text.strip()
+    if not (stripped.startswith(("[", "{", "'", '"'))) and len(_split_top(stripped)) > 1:
+        raise HydraValueError(
+            f"{stripped!r} is a Hydra sweep (a bare comma); write a list as [a,b] or quote it"
+        )
+    return _hydra_element(stripped)
 
 
 def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
@@ -238,7 +410,10 @@ def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
             raise InputError(
                 "bridge_overrides", key, "a dotted ConfigContainer key such as model.context_parallel_size"
             )
-        out[key] = parse_value(value)
+        try:
+            out[key] = parse_value(value)
+        except HydraValueError as exc:
+            raise InputError.plain(f"bridge_overrides: {key}={value}: {exc}") from None
     return out
 
 
@@ -316,6 +491,11 @@ def megatron_tokens(field_name: str, value: Any) -> list[str]:
         )
     if special == "activation_offload":
         return [] if not value else ["--fine-grained-activation-offloading", "--offload-modules", *value]
+    if special == "cross_entropy":
+        return {"none": [], "native": ["--cross-entropy-loss-fusion"],
+                "te": ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]}[value]  # fmt: skip
+    if special == "grad_reduce":
+        return [] if value else ["--grad-reduce-in-bf16"]
     flag = spec["megatron"].get("flag")
     if flag is None or special:
         return []
@@ -326,8 +506,8 @@ def megatron_tokens(field_name: str, value: Any) -> list[str]:
         return [] if value else [flag]
     if value is None:
         return []
-    if isinstance(value, list):
-        return [flag, *(str(v) for v in value)]
+    if isinstance(value, list):  # an empty list is the flag left out (argparse refuses it without values)
+        return [flag, *(str(v) for v in value)] if value else []
     return [flag, _fmt_value(value)]
 
 
@@ -350,6 +530,12 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
         if not value:
             return {"model.fine_grained_activation_offloading": False}
         return {"model.fine_grained_activation_offloading": True, "model.offload_modules": list(value)}
+    if special == "cross_entropy":
+        if value == "none":
+            return {"model.cross_entropy_loss_fusion": False}
+        return {"model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": value}
+    if special == "grad_reduce":
+        return {"ddp.grad_reduce_in_fp32": value}
     key = spec["bridge"].get("key")
     if key is None or special:
         return {}
@@ -386,5 +572,26 @@ def render_megatron(tokens: list[str], per_line: bool = True) -> str:
     return (" \\\n    " if per_line else " ").join(quoted)
 
 
+_HYDRA_BARE = re.compile(r"[A-Za-z_/\\+.$%*@?|:-][A-Za-z0-9_/\\+.$%*@?|:-]*")
+
+
+def hydra_value(value: Any) -> str:
+    """A value written so that Hydra's override grammar reads it back as the same Python value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    if _HYDRA_BARE.fullmatch(text) and text.lower() not in ("null", "true", "false", "inf", "nan"):
+        return text
+    return "'" + text.replace("'", "\\'") + "'"
+
+
 def render_bridge(items: Mapping[str, Any]) -> list[str]:
-    return [f"{key}={_fmt_value(value)}" for key, value in items.items()]
+    return [f"{key}={hydra_value(value)}" for key, value in items.items()]
