@@ -65,10 +65,15 @@ def test_a_flag_typo_is_not_silently_reread_the_correction_is_checked():
     assert "--context-parallel-size 16" in r.corrected
     again, _ = assert_round_trip(r, gpu="h100")
     assert again.effective_config["cp"] == 16
-    # CP = 16 needs the hierarchy fixed (found on the corrected text) and does not fit an 80 GB H100: said so
+    # CP = 16 needs the hierarchy fixed (found on the corrected text), and that alone needs 85.6 GiB on an
+    # 80 GB H100: the fix comes with the recompute pick_recompute chooses, and the plain fix is named as rejected
     assert [f.code for f in r.fixes] == ["LM_UNKNOWN_FLAG", "CP_HIERARCHY_PRODUCT"]
-    assert r.remaining_errors == ["MEMORY_OVER_BUDGET"] and r.corrected_memory.fits is False
-    assert r.corrected_memory.peak_gib > r.corrected_memory.usable_gib
+    hierarchy = r.fixes[1]
+    assert hierarchy.settings["hierarchical_cp_sizes"] == [8, 2]
+    assert hierarchy.fix == "the rule's fix, with pick_recompute's recompute choice"
+    assert hierarchy.rejected[0].reason.startswith("needs 85.6 GiB per rank, over the 79.11 GiB usable")
+    assert r.remaining_errors == [] and r.corrected_memory.fits
+    assert r.corrected_memory.peak_gib == hierarchy.peak_gib
 
 
 def test_ep_overlap_repair_chooses_what_fits_and_names_the_rejected_fix():
@@ -236,3 +241,49 @@ def test_corrections_of_broken_launches_relint_as_reported(picks):
     r = lint(megatron_args=script, gpu="h100")
     assert set(r.remaining_errors) <= {"MEMORY_OVER_BUDGET"}, r.remaining_errors
     assert_round_trip(r, gpu="h100")
+
+
+# --------------------------------------------------------------------------- every lint fixture of the suite
+
+
+def _fixtures():
+    from server_cases import VALID_CALLS
+    from test_lint import BREAKS as LINT_BREAKS
+    from test_lint import QWEN_OVERRIDES
+
+    out = []
+    for edits, code in LINT_BREAKS:
+        script = DSV3_SCRIPT
+        for old, new in edits:
+            script = script.replace(old, new)
+        out.append((f"script-{code}", {"megatron_args": script, "gpu": "h100"}))
+    out.append(("qwen-overrides", {"bridge_overrides": QWEN_OVERRIDES, "model": "qwen3-235b-a22b", "gpu": "gb200",
+                                   "num_gpus": 128}))  # fmt: skip
+    broken = [i.replace("[moe_act,layernorm]", "[moe_act,norm]") for i in QWEN_OVERRIDES]
+    out.append(("qwen-overrides-norm", {"bridge_overrides": broken, "model": "qwen3-235b-a22b", "gpu": "gb200",
+                                        "num_gpus": 128}))  # fmt: skip
+    out += [
+        (f"server-{i}", dict(args)) for i, (tool, args, _) in enumerate(VALID_CALLS) if tool == "lint_config"
+    ]
+    config = {"model": {"tensor_model_parallel_size": 4, "context_parallel_size": 4, "expert_model_parallel_size": 32,
+                        "pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 12,
+                        "account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True,
+                        "sequence_parallel": True, "seq_length": 131072, "recompute_granularity": "selective",
+                        "recompute_modules": ["moe_act", "norm"]},
+              "train": {"global_batch_size": 64, "micro_batch_size": 1}, "mixed_precision": "bf16_with_mxfp8_mixed"}  # fmt: skip
+    out.append(
+        ("config-object", {"config": config, "model": "qwen3-235b-a22b", "gpu": "gb200", "num_gpus": 128})
+    )
+    return out
+
+
+FIXTURES = _fixtures()
+
+
+@pytest.mark.parametrize(("name", "kw"), FIXTURES, ids=[f[0] for f in FIXTURES])
+def test_every_lint_fixture_round_trips(name, kw):
+    r = lint(**kw)
+    assert set(r.remaining_errors) <= {"MEMORY_OVER_BUDGET"}, r.remaining_errors
+    assert_round_trip(r, gpu=kw["gpu"])
+    if name != "script-LAYOUT_WORLD_DIVISIBILITY":  # 384 H100s: no nearby layout fits (said, with next steps)
+        assert r.remaining_errors == [] and r.corrected_memory.fits, (r.remaining_errors, r.corrected_memory)

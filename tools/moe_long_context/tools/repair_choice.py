@@ -129,6 +129,19 @@ def choose_fix(code: str, ctx: Context) -> AppliedFix | None:
             reason = ""
         tried.append((label, settings, reason, peak))
     chosen = next((t for t in tried if not t[2]), None)
+    if chosen is None and usable is not None:  # nothing fits as it is: each fix with the recompute that fits
+        for label, settings, reason, _peak in list(tried):
+            if reason.startswith(("does not", "leads")):
+                continue
+            extra = _recompute_that_fits(ctx, settings)
+            if extra is None:
+                continue
+            combined = {**settings, **extra}
+            _settled, errs, peak = _trial(ctx, combined)
+            if code not in errs and not (errs - before) and peak is not None and peak <= usable:
+                chosen = (f"{label}, with pick_recompute's recompute choice", combined, "", peak)
+                tried.append(chosen)
+                break
     if chosen is None:  # nothing fits: the accepted fix with the lowest peak, if any
         accepted = [t for t in tried if not t[2].startswith(("does not", "leads"))]
         if not accepted:
@@ -151,6 +164,25 @@ def choose_fix(code: str, ctx: Context) -> AppliedFix | None:
         peak_gib=chosen[3],
         rejected=rejected,
     )
+
+
+def _recompute_that_fits(ctx: Context, patch: dict[str, Any]) -> dict[str, Any] | None:
+    """pick_recompute's recompute choice for the configuration with ``patch`` applied, when it fits."""
+    from .pick_recompute import Picker
+
+    cfg = normalise(TrainingConfig(**{**ctx.cfg.model_dump(), **patch}))
+    tctx = Context(cfg=cfg, model=ctx.model, gpu=ctx.gpu)
+    if not cfg.seq_len or ctx.gpu is None:
+        return None
+    try:
+        picker = Picker(tctx)
+        best = picker.pick()
+    except Exception:
+        return None
+    if not picker.fits(best):
+        return None
+    keys = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
+    return {k: getattr(best.cfg, k) for k in keys if getattr(best.cfg, k) != getattr(cfg, k)} or None
 
 
 def repair_config(ctx: Context) -> tuple[TrainingConfig, list[AppliedFix]]:
