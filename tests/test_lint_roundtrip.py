@@ -65,15 +65,14 @@ def test_a_flag_typo_is_not_silently_reread_the_correction_is_checked():
     assert "--context-parallel-size 16" in r.corrected
     again, _ = assert_round_trip(r, gpu="h100")
     assert again.effective_config["cp"] == 16
-    # CP = 16 needs the hierarchy fixed (found on the corrected text), and that alone needs 85.6 GiB on an
-    # 80 GB H100: the fix comes with the recompute pick_recompute chooses, and the plain fix is named as rejected
+    # CP = 16 needs the hierarchy fixed (found on the corrected text) and then needs 85.6 GiB on an 80 GB H100:
+    # the verdict says so, with pick_recompute's choice as the first next step
     assert [f.code for f in r.fixes] == ["LM_UNKNOWN_FLAG", "CP_HIERARCHY_PRODUCT"]
-    hierarchy = r.fixes[1]
-    assert hierarchy.settings["hierarchical_cp_sizes"] == [8, 2]
-    assert hierarchy.fix == "the rule's fix, with pick_recompute's recompute choice"
-    assert hierarchy.rejected[0].reason.startswith("needs 85.6 GiB per rank, over the 79.11 GiB usable")
-    assert r.remaining_errors == [] and r.corrected_memory.fits
-    assert r.corrected_memory.peak_gib == hierarchy.peak_gib
+    assert r.fixes[1].settings == {"hierarchical_cp_sizes": [8, 2]}
+    assert r.remaining_errors == ["MEMORY_OVER_BUDGET"] and r.corrected_memory.fits is False
+    assert r.corrected_memory.peak_gib == pytest.approx(85.6, abs=0.05) == r.fixes[1].peak_gib
+    first = r.corrected_memory.next_steps[0]
+    assert first.action == "use pick_recompute's recompute choice" and first.fits
 
 
 def test_ep_overlap_repair_chooses_what_fits_and_names_the_rejected_fix():

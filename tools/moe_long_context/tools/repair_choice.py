@@ -74,8 +74,8 @@ def _peak_gib(ctx: Context) -> float | None:
 
 
 def _trial(ctx: Context, patch: dict[str, Any]) -> tuple[TrainingConfig, set[str], float | None]:
-    """A fix applied and the errors it leads to settled greedily (each with its first fix): the
-    configuration it ends in, the errors left and its peak."""
+    """A fix applied and the errors it leads to settled (each with its fix that leaves the lowest peak):
+    the configuration it ends in, the errors left and its peak."""
     cfg = normalise(TrainingConfig(**{**ctx.cfg.model_dump(), **patch}))
     tctx = Context(cfg=cfg, model=ctx.model, gpu=ctx.gpu)
     seen: set[str] = set()
@@ -85,10 +85,28 @@ def _trial(ctx: Context, patch: dict[str, Any]) -> tuple[TrainingConfig, set[str
         if follow is None:
             break
         seen.add(follow)
-        _, more = repair_options(follow, tctx)[0]
-        cfg = normalise(TrainingConfig(**{**cfg.model_dump(), **more}))
+        cfg = _lowest_peak_fix(tctx, follow, set(errs))
         tctx = Context(cfg=cfg, model=ctx.model, gpu=ctx.gpu)
     return cfg, {f.code for f in errors(run(tctx))}, _peak_gib(tctx)
+
+
+def _lowest_peak_fix(ctx: Context, code: str, before: set[str]) -> TrainingConfig:
+    """One step: the fix of ``code`` that resolves it without a new error and leaves the lowest peak."""
+    best: tuple[float, int, TrainingConfig] | None = None
+    for i, (_label, patch) in enumerate(repair_options(code, ctx)):
+        cfg = normalise(TrainingConfig(**{**ctx.cfg.model_dump(), **patch}))
+        tctx = Context(cfg=cfg, model=ctx.model, gpu=ctx.gpu)
+        errs = {f.code for f in errors(run(tctx))}
+        if code in errs or errs - before:
+            continue
+        peak = _peak_gib(tctx)
+        key = (peak if peak is not None else float("inf"), i, cfg)
+        if best is None or key[:2] < best[:2]:
+            best = key
+    if best is None:  # no clean step: the preferred fix, whose errors the caller sees
+        _label, patch = repair_options(code, ctx)[0]
+        return normalise(TrainingConfig(**{**ctx.cfg.model_dump(), **patch}))
+    return best[2]
 
 
 def normalise(cfg: TrainingConfig) -> TrainingConfig:
@@ -129,7 +147,9 @@ def choose_fix(code: str, ctx: Context) -> AppliedFix | None:
             reason = ""
         tried.append((label, settings, reason, peak))
     chosen = next((t for t in tried if not t[2]), None)
-    if chosen is None and usable is not None:  # nothing fits as it is: each fix with the recompute that fits
+    if chosen is None and usable is not None and code.startswith("RECOMPUTE_"):
+        # a recompute rule's fix that leaves the rank over the GPU: the same fix with the labels pick_recompute
+        # chooses for it
         for label, settings, reason, _peak in list(tried):
             if reason.startswith(("does not", "leads")):
                 continue
