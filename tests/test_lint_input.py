@@ -44,6 +44,9 @@ def lint(**kw):
         ({"megatron_args": "--moe-layer-freq '([0]*3 + [1]*58)'"}, "(argparse type moe_freq_type)"),
         ({"megatron_args": "--tensor-model-parallel-size 2 3"}, "'3' follows the Megatron flags"),
         ({"megatron_args": "--bf16=1"}, "it is a switch and takes no value"),
+        ({"megatron_args": "--attention-backend bogus"}, "--attention-backend 'bogus' is not one of flash, fused"),
+        ({"megatron_args": "--lr fast"}, "--lr 'fast' is not a number (argparse type float)"),
+        ({"megatron_args": "--hierarchical-context-parallel-sizes 8 x"}, "'x' is not an integer"),
         ({"megatron_args": "--pipeline-model-parallel-layout 'Et|tL"}, "unterminated ' quote"),
         ({"bridge_overrides": ""}, "bridge_overrides is empty"),
         ({"bridge_overrides": "model.tensor_model_parallel_size=2,4"}, "is a Hydra sweep"),
@@ -163,3 +166,78 @@ def test_bridge_key_typo_is_an_error_with_did_you_mean_and_is_renamed():
     assert bad[0].fix == "Did you mean model.tensor_model_parallel_size?"
     assert "model.tensor_model_parallel_size=2" in r.corrected
     assert r.remaining_errors == []
+
+
+# --------------------------------------------------------------------------- every modelled field, both ways
+
+FIELD_VALUES = {
+    "tp": [1, 2, 8], "pp": [1, 4], "cp": [1, 16], "ep": [1, 32], "etp": [None, 1, 2], "vpp": [None, 2],
+    "sequence_parallel": [True, False], "pipeline_layout": [None, "Et|(tt|)*30mL"],
+    "account_for_embedding_in_pipeline_split": [True, False], "account_for_loss_in_pipeline_split": [True, False],
+    "num_layers_in_first_pipeline_stage": [None, 3], "num_layers_in_last_pipeline_stage": [None, 5],
+    "mbs": [1, 2], "gbs": [None, 256], "seq_len": [None, 131072], "cp_comm_type": ["p2p", "a2a", "a2a+p2p"],
+    "hierarchical_cp_sizes": [None, [8, 4]], "moe_capacity_factor": [None, 1.5],
+    "moe_pad_expert_input_to_capacity": [True, False], "moe_grouped_gemm": [True, False],
+    "moe_shared_expert_overlap": [True, False], "moe_router_padding_for_quantization": [True, False],
+    "ep_overlap": [True, False], "fp8_param_gather": [True, False],
+    "recompute_granularity": [None, "selective", "full"], "recompute_modules": [None, ["moe", "layernorm"]],
+    "recompute_method": [None, "uniform", "block"], "recompute_num_layers": [None, 2],
+    "cuda_graph_impl": ["none", "local", "transformer_engine", "full_iteration"],
+    "cuda_graph_modules": [None, ["attn", "moe_router"]], "check_for_nan_in_loss": [True, False],
+    "variable_seq_lengths": [True, False], "use_distributed_optimizer": [True, False],
+    "use_precision_aware_optimizer": [True, False],
+    "dispatcher": ["alltoall", "allgather", "flex-deepep", "flex-hybridep"],
+    "precision": ["bf16", "fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4"],
+    "optimizer_cpu_offload_fraction": [0.0, 0.5, 1.0], "activation_offload": [None, ["core_attn", "attn_proj"]],
+    "cross_entropy_fusion": ["none", "native", "te"], "grad_reduce_in_fp32": [True, False],
+    "reuse_grad_buf_for_mxfp8_param_ag": [True, False], "packed_sequences": [True, False],
+    "pad_to_max_length": [True, False], "pad_cu_seqlens": [True, False],
+}  # fmt: skip
+
+
+def _table():
+    from moe_long_context.dialects.tables import dialect_table
+
+    return dialect_table()["fields"]
+
+
+def test_the_field_table_covers_every_modelled_field():
+    from moe_long_context.engine.config import TrainingConfig
+
+    table = {n for n in _table() if n in TrainingConfig.model_fields and n != "mtp_num_layers"}
+    assert table == set(FIELD_VALUES)
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_VALUES))
+def test_every_field_reads_back_from_both_dialects(name):
+    from moe_long_context.dialects.launch import understand_bridge, understand_megatron
+    from moe_long_context.dialects.overrides import megatron_defaults
+    from moe_long_context.dialects.tables import (
+        bridge_items,
+        megatron_tokens,
+        parse_bridge_overrides,
+        render_bridge,
+        render_megatron,
+    )
+    from moe_long_context.engine.config import TrainingConfig
+
+    m = _table()[name].get("megatron", {})
+    lm_has_it = bool(m.get("flag") or m.get("flags"))
+    for value in FIELD_VALUES[name]:
+        tokens = megatron_tokens(name, value)
+        if not lm_has_it:  # Megatron-LM has no flag for it: nothing is written
+            assert tokens == []
+            seen = {}
+        elif tokens:
+            parsed = parse_megatron_args(render_megatron(tokens))
+            check_megatron_arguments(parsed)
+            seen = {**megatron_defaults(), **understand_megatron(parsed).fields}
+        else:  # not written: Megatron-LM's default must be the value
+            seen = megatron_defaults()
+        default = TrainingConfig.model_fields[name].default
+        if lm_has_it:  # compared as the engine takes it (a CLI string list becomes ints)
+            read = TrainingConfig(model="deepseek-v3", num_gpus=8, **{name: seen.get(name, default)})
+            assert getattr(read, name) == value, ("megatron", name, value, tokens)
+        items = bridge_items(name, value)
+        keys = parse_bridge_overrides(render_bridge(items))
+        assert understand_bridge(keys).fields.get(name, default) == value, ("bridge", name, value, items)
