@@ -286,3 +286,41 @@ def test_every_lint_fixture_round_trips(name, kw):
     assert_round_trip(r, gpu=kw["gpu"])
     if name != "script-LAYOUT_WORLD_DIVISIBILITY":  # 384 H100s: no nearby layout fits (said, with next steps)
         assert r.remaining_errors == [] and r.corrected_memory.fits, (r.remaining_errors, r.corrected_memory)
+
+
+BRIDGE_BREAKS = [
+    ("model.recompute_modules=[moe_act,layernorm]", "model.recompute_modules=[moe_act,norm]"),
+    ("model.cp_comm_type=p2p", "model.cp_comm_type=a2a"),
+    ("train.global_batch_size=64", "train.global_batch_size=60"),
+    (
+        "model.cuda_graph_modules=[attn,moe_router,moe_preprocess]",
+        "model.cuda_graph_modules=[attn,moe_preprocess]",
+    ),
+    ("model.recompute_modules=[moe_act,layernorm]", "model.recompute_modules=[moe,layernorm]"),
+    ("model.tensor_model_parallel_size=4", "model.tensor_model_parallel_sz=4"),
+    ("model.seq_length=131072", "model.seq_length=131000"),
+    ("model.sequence_parallel=true", "model.sequence_parallel=false"),
+]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(range(len(BRIDGE_BREAKS))), min_size=1, max_size=3, unique=True))
+def test_corrections_of_broken_override_lists_relint_as_reported(picks):
+    from test_lint import QWEN_OVERRIDES
+
+    items = [*QWEN_OVERRIDES, "model.cp_comm_type=p2p"]  # lints clean; each pick breaks a rule
+    for i in sorted(picks):
+        old, new = BRIDGE_BREAKS[i]
+        items = [new if item == old else item for item in items]
+    r = lint(bridge_overrides=items, model="qwen3-235b-a22b", gpu="gb200", num_gpus=128)
+    assert not r.valid
+    assert set(r.remaining_errors) <= {"MEMORY_OVER_BUDGET"}, r.remaining_errors
+    assert_round_trip(r, gpu="gb200")
+
+
+def test_the_override_base_of_the_property_lints_clean():
+    from test_lint import QWEN_OVERRIDES
+
+    r = lint(bridge_overrides=[*QWEN_OVERRIDES, "model.cp_comm_type=p2p"], model="qwen3-235b-a22b", gpu="gb200",
+             num_gpus=128)  # fmt: skip
+    assert r.valid and r.corrected_memory.fits

@@ -220,6 +220,8 @@ def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list
                 parsed.launcher_tokens.append(tok)
                 if tok.endswith(".py"):
                     in_megatron = state["started"] = True
+            elif "$" in tok:  # "$@" or a variable the script does not define: its words are unknown here
+                parsed.unresolved.append(tok)
             else:
                 parsed.stray.append(tok)
             i += 1
