@@ -241,3 +241,16 @@ def test_every_field_reads_back_from_both_dialects(name):
         items = bridge_items(name, value)
         keys = parse_bridge_overrides(render_bridge(items))
         assert understand_bridge(keys).fields.get(name, default) == value, ("bridge", name, value, items)
+
+
+def test_arguments_passed_on_with_a_variable_are_not_checked_not_refused():
+    script = DSV3_SCRIPT.replace("--lr 1.0e-4", '"$@" --lr 1.0e-4')
+    r = lint(megatron_args=script, gpu="h100")
+    assert r.valid and "$@ (unresolved shell variable)" in r.not_checked
+    assert r.corrected == script
+
+
+def test_words_after_the_command_are_not_megatron_flags():
+    script = DSV3_SCRIPT.replace("   # data and", " 2>&1 | tee train.log   # data and") + "echo done\n"
+    r = lint(megatron_args=script, gpu="h100")
+    assert r.valid and r.corrected == script

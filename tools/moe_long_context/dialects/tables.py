@@ -92,6 +92,7 @@ _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _ARRAY = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}$")
 _NUMBER = re.compile(r"^-\d|^-\.\d")
+_BARE_VAR = re.compile(r"^\$(?:[@*]|\{[A-Za-z_]\w*\[[@*]\]\}|\{?[@*]\}?)$")
 
 
 def _expand(token: str, env: Mapping[str, str]) -> str:
@@ -254,6 +255,8 @@ def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list
             while j < len(words) and not _is_option_like(words[j].value):
                 if nargs == 1 and values:
                     break
+                if values and _BARE_VAR.match(words[j].value):
+                    break  # "$@" or an unknown array after a list value: more arguments, not this flag's
                 values.append(words[j].value)
                 j += 1
         if spec is None:
