@@ -324,3 +324,27 @@ def test_the_override_base_of_the_property_lints_clean():
     r = lint(bridge_overrides=[*QWEN_OVERRIDES, "model.cp_comm_type=p2p"], model="qwen3-235b-a22b", gpu="gb200",
              num_gpus=128)  # fmt: skip
     assert r.valid and r.corrected_memory.fits
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        [],
+        [("--fp8-recipe blockwise", "--fp8-recipe mxfp8")],
+        [("--tensor-model-parallel-size 1 --context-parallel-size 32", "--tensor-model-parallel-size 16 "
+          "--sequence-parallel --context-parallel-size 2"), ("--hierarchical-context-parallel-sizes 8 4", ""),
+         ("--cp-comm-type a2a+p2p", "--cp-comm-type a2a")],
+        [("--moe-flex-dispatcher-backend deepep", "--moe-flex-dispatcher-backend hybridep")],
+    ],
+)  # fmt: skip
+def test_the_skipped_checks_finding_names_every_check_that_needs_a_gpu(edits):
+    from moe_long_context.tools.lint_config import GPU_CHECKS
+
+    script = DSV3_SCRIPT
+    for old, new in edits:
+        script = script.replace(old, new)
+    listed = {code for codes in GPU_CHECKS.values() for code in codes}
+    for gpu in ("h100", "gb200"):
+        with_gpu = {f.code for f in lint(megatron_args=script, gpu=gpu).findings}
+        without = {f.code for f in lint(megatron_args=script).findings}
+        assert with_gpu - without - {"GPU_CHECKS_SKIPPED"} <= listed, (gpu, with_gpu - without)

@@ -354,7 +354,7 @@ def _analyse(
 # GPU-dependent checks, by what they check (the rule codes that stay silent without a GPU).
 GPU_CHECKS = {
     "precision recipe support on the GPU": ["PRECISION_GPU", "PRECISION_ADVICE"],
-    "flex dispatcher backend on the GPU": ["DISPATCHER_GPU"],
+    "flex dispatcher backend on the GPU": ["DISPATCHER_GPU", "DISPATCHER_ADVICE"],
     "NVLink domains": ["TP_OUTSIDE_NVLINK", "EP_OUTSIDE_NVLINK", "CP_OUTSIDE_NVLINK"],
     "memory fit": ["MEMORY_OVER_BUDGET"],
 }
