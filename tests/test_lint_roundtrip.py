@@ -348,3 +348,14 @@ def test_the_skipped_checks_finding_names_every_check_that_needs_a_gpu(edits):
         with_gpu = {f.code for f in lint(megatron_args=script, gpu=gpu).findings}
         without = {f.code for f in lint(megatron_args=script).findings}
         assert with_gpu - without - {"GPU_CHECKS_SKIPPED"} <= listed, (gpu, with_gpu - without)
+
+
+def test_an_environment_fix_is_an_export_before_the_launch_line():
+    script = DSV3_SCRIPT.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1", "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+                                 "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")  # fmt: skip
+    script = script.replace("--bf16", "--bf16 --cuda-graph-impl transformer_engine --cuda-graph-modules attn")
+    r = lint(megatron_args=script, gpu="h100")
+    assert errors_of(r) == {"GRAPH_EXPANDABLE_SEGMENTS"}
+    line = "torchrun --nproc-per-node 8 --nnodes ${NODES} pretrain_gpt.py"
+    assert r.corrected == script.replace(line, "export NCCL_GRAPH_REGISTER=0\n" + line)
+    assert_round_trip(r, gpu="h100")

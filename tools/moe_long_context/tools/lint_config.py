@@ -428,10 +428,8 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
     final, fixes, other_text, other = _correct(first, req)
     memory = memory_verdict(final.ctx)
     remaining = sorted(final.error_codes | other.error_codes)
-    if memory is not None and memory.fits is False:
-        remaining_note = "MEMORY_OVER_BUDGET"
-        if remaining_note not in remaining:
-            remaining.append(remaining_note)
+    if memory is not None and memory.fits is False:  # what is handed back does not fit the GPU: not finished
+        remaining.append("MEMORY_OVER_BUDGET")
     cfg, ctx = first.cfg, first.ctx
     effective = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model",)}
     effective["model"] = first.model.id
