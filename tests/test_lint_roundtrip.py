@@ -338,7 +338,7 @@ def test_the_override_base_of_the_property_lints_clean():
     ],
 )  # fmt: skip
 def test_the_skipped_checks_finding_names_every_check_that_needs_a_gpu(edits):
-    from moe_long_context.tools.lint_config import GPU_CHECKS
+    from moe_long_context.tools.lint_read import GPU_CHECKS
 
     script = DSV3_SCRIPT
     for old, new in edits:
