@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from moe_long_context.dialects.argcheck import check_megatron_arguments
-from moe_long_context.dialects.bridge_keys import bridge_sections, layout_from_list, unknown_bridge_key
+from moe_long_context.dialects.bridge_keys import (
+    bridge_sections,
+    bridge_value_problem,
+    layout_from_list,
+    unknown_bridge_key,
+)
 from moe_long_context.dialects.tables import hydra_value, megatron_flags, parse_megatron_args, parse_value
 from moe_long_context.errors import InputError
 from moe_long_context.faces.cli import looks_like_path, main
@@ -50,7 +55,13 @@ def lint(**kw):
         ({"megatron_args": "--pipeline-model-parallel-layout 'Et|tL"}, "unterminated ' quote"),
         ({"bridge_overrides": ""}, "bridge_overrides is empty"),
         ({"bridge_overrides": "model.tensor_model_parallel_size=2,4"}, "is a Hydra sweep"),
-        ({"bridge_overrides": "model.tensor_model_parallel_size=two"}, "model.tensor_model_parallel_size='two'"),
+        ({"bridge_overrides": "model.tensor_model_parallel_size=two"},
+         "model.tensor_model_parallel_size='two' is a string, but model.tensor_model_parallel_size takes an integer"),
+        ({"bridge_overrides": "model.tensor_model_parallel_size=2.0"}, "=2.0 is a float, but"),
+        ({"bridge_overrides": "train.train_iters=1e3"}, "train.train_iters=1000.0 is a float, but"),
+        ({"bridge_overrides": "model.moe_grouped_gemm=yes"}, "'yes' is a string, but model.moe_grouped_gemm takes true or false"),
+        ({"bridge_overrides": "model.tensor_model_parallel_size=null"}, "takes an integer and cannot be null"),
+        ({"config": {"train": {"train_iters": "ten"}}}, "config: train.train_iters='ten' is a string"),
         ({"config": "{}"}, "config has no ConfigContainer section"),
     ],
 )  # fmt: skip
@@ -241,6 +252,7 @@ def test_every_field_reads_back_from_both_dialects(name):
         items = bridge_items(name, value)
         keys = parse_bridge_overrides(render_bridge(items))
         assert understand_bridge(keys).fields.get(name, default) == value, ("bridge", name, value, items)
+        assert all(bridge_value_problem(k, v) is None for k, v in keys.items()), keys  # the types Bridge has
 
 
 def test_arguments_passed_on_with_a_variable_are_not_checked_not_refused():

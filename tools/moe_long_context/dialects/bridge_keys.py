@@ -63,6 +63,43 @@ def _closest(key: str, prefix: str = "") -> str | None:
     return ".".join([match[0], *rest])
 
 
+_SCALARS = {"int": int, "float": float, "bool": bool}
+
+
+def _scalar_type(annotation: str) -> tuple[type, bool] | None:
+    """(int, float or bool, whether None is allowed) for a plain scalar annotation, else None."""
+    text = annotation.replace(" ", "")
+    optional = False
+    if text.startswith("Optional[") and text.endswith("]"):
+        text, optional = text[9:-1], True
+    elif text.endswith("|None"):
+        text, optional = text[:-5], True
+    return (_SCALARS[text], optional) if text in _SCALARS else None
+
+
+def bridge_value_problem(key: str, value: Any) -> str | None:
+    """Why Bridge 0.6.2 cannot use ``value`` for ``key`` (Hydra does not convert: an int field given 2.0 or
+    'two' keeps it), or None. Only plain int / float / bool fields are checked."""
+    parts = key.split(".")
+    if len(parts) != 2:
+        return None
+    annotation = bridge_sections().get(parts[0], {}).get(parts[1])
+    kind = _scalar_type(annotation) if annotation else None
+    if kind is None:
+        return None
+    want, optional = kind
+    noun = {int: "an integer", float: "a number", bool: "true or false"}[want]
+    if value is None:
+        return None if optional else f"null, but {key} takes {noun} and cannot be null"
+    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None
+    if isinstance(value, want) and (want is bool or not isinstance(value, bool)):
+        return None
+    shown = "a float" if isinstance(value, float) else "a boolean" if isinstance(value, bool) else (
+        "a string" if isinstance(value, str) else f"a {type(value).__name__}")  # fmt: skip
+    return f"{shown}, but {key} takes {noun} (Bridge keeps the value Hydra reads, unconverted)"
+
+
 _LAYOUT_WORDS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
 
 

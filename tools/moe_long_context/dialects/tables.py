@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from .bridge_keys import bridge_value_problem
 from .hydra import HydraValueError, hydra_value, parse_value
 from .shell import ShellSyntaxError, Word, split_words
 from .shell import quote as shell_quote
@@ -460,6 +461,8 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
     out = {key: value}
     for extra in spec["bridge"].get("also", []):
         out[extra] = value
+    if value is None:  # a field Bridge cannot set to null (seq_length) is left to the recipe instead
+        out = {k: v for k, v in out.items() if bridge_value_problem(k, None) is None}
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..dialects.argcheck import check_megatron_arguments
-from ..dialects.bridge_keys import layout_from_list, unknown_bridge_key
+from ..dialects.bridge_keys import bridge_value_problem, layout_from_list, unknown_bridge_key
 from ..dialects.launch import Understood, understand_bridge, understand_megatron
 from ..dialects.tables import flatten_config, load_config_object, parse_bridge_overrides, parse_megatron_args
 from ..engine.context import Context
@@ -63,13 +63,22 @@ def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
             raise InputError.plain(
                 "bridge_overrides has no key=value item, e.g. model.context_parallel_size=8"
             )
+        _refuse_wrong_types("bridge_overrides", keys)
         return understand_bridge(_engine_keys(keys)), keys
     _refuse_non_launch("config", source)
     obj = load_config_object(source)
     keys = flatten_config(obj)
     if not keys:
         raise InputError.plain("config has no ConfigContainer section (model, train, optimizer, ...)")
+    _refuse_wrong_types("config", keys)
     return understand_bridge(_engine_keys(keys)), obj
+
+
+def _refuse_wrong_types(name: str, keys: dict[str, Any]) -> None:
+    for key, value in keys.items():
+        problem = bridge_value_problem(key, value)
+        if problem:
+            raise InputError.plain(f"{name}: {key}={value!r} is {problem}")
 
 
 def _source_of(source: Any) -> str:
