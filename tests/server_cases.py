@@ -149,4 +149,26 @@ BAD_CALLS = [
         {"model": "dsv3", "seq_len": 8192, "cuda_graph_impl": "cudnn"},
         ["cuda_graph_impl='cudnn' is not allowed", "transformer_engine"],
     ),
+    # input that is not a launch: an isError naming what is wrong, in one line
+    ("lint_config", {"megatron_args": "", "model": "dsv3", "num_gpus": 8}, ["megatron_args is empty"]),
+    (
+        "lint_config",
+        {"megatron_args": "Lorem ipsum", "model": "dsv3", "num_gpus": 8},
+        ["no Megatron-LM flag"],
+    ),
+    (
+        "lint_config",
+        {"megatron_args": "/nonexistent/launch.sh", "model": "dsv3", "num_gpus": 8},
+        ["looks like a file path"],
+    ),
+    (
+        "lint_config",
+        {"megatron_args": "--tensor-model-parallel-size two", "model": "dsv3", "num_gpus": 8},
+        ["--tensor-model-parallel-size 'two' is not an integer"],
+    ),
+    (
+        "lint_config",
+        {"bridge_overrides": ["model.context_parallel_size=2,4"], "model": "dsv3", "num_gpus": 8},
+        ["model.context_parallel_size=2,4", "Hydra sweep"],
+    ),
 ]

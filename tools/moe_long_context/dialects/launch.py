@@ -143,7 +143,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         if name is not None:
             _set_plain(u, name, flag, vals, flags[flag]["kind"])
             continue
-        if _special_megatron(u, flag, vals, values):
+        if _special_megatron(u, flag, vals, values) or _special_megatron_more(u, flag, values):
             continue
         u.not_checked.append(flag)
     _megatron_semantics(u, values)
@@ -367,7 +367,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
                     u.not_checked.append(f"{key} (per-layer cp_comm_type)")
                     continue
             u.set(name, value, key)
-        elif not _special_bridge(u, key, value, keys):
+        elif not (_special_bridge_more(u, key, keys) or _special_bridge(u, key, value, keys)):
             u.not_checked.append(key)
     _bridge_graph_switches(u, keys)
     return u
@@ -488,5 +488,56 @@ def _special_bridge(u: Understood, key: str, value: Any, keys: dict[str, Any]) -
             u.set("recompute_granularity", "selective", key)
             mods = list(u.fields.get("recompute_modules") or keys.get("model.recompute_modules") or [])
             u.set("recompute_modules", [*mods, "moe"] if "moe" not in mods else mods, key)
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- precision, loss and gradients
+
+
+def _special_megatron_more(u: Understood, flag: str, values: dict[str, list[str]]) -> bool:
+    """Cross-entropy fusion and the gradient-reduction dtype (flags that map to one engine field)."""
+    if flag in ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"):
+        if "--cross-entropy-loss-fusion" in values:
+            impl = (values.get("--cross-entropy-fusion-impl") or ["native"])[0]
+            u.set("cross_entropy_fusion", impl, flag)
+        elif flag == "--cross-entropy-fusion-impl":
+            u.set("cross_entropy_fusion", "none", flag)  # the impl means nothing without the fusion switch
+        return True
+    if flag == "--grad-reduce-in-bf16":
+        u.set("grad_reduce_in_fp32", False, flag)
+        return True
+    return False
+
+
+_RECIPE_DEFAULTS = {"mixed_precision.": "tensorwise", "model.": "delayed"}  # Bridge / Megatron Core defaults
+
+
+def _special_bridge_more(u: Understood, key: str, keys: dict[str, Any]) -> bool:
+    """Precision from model.fp8* / mixed_precision.fp8* keys (a preset in mixed_precision wins, as Bridge's
+    setup copies it onto the model), cross-entropy fusion and the gradient-reduction dtype."""
+    section, _, name = key.partition(".")
+    if section in ("mixed_precision", "model") and name in ("fp8", "fp8_recipe", "fp4", "fp4_recipe"):
+        if isinstance(keys.get("mixed_precision"), str):
+            return True  # the preset decides; mixed_precision=<preset> is read on its own
+        for prefix in ("mixed_precision.", "model."):
+            if keys.get(prefix + "fp4"):
+                u.set("precision", "nvfp4", key)
+                return True
+            if keys.get(prefix + "fp8"):
+                recipe = keys.get(prefix + "fp8_recipe") or _RECIPE_DEFAULTS[prefix]
+                u.set("precision", "mxfp8" if recipe == "mxfp8" else f"fp8-{recipe}", key)
+                return True
+        if name in ("fp8", "fp4"):
+            u.set("precision", "bf16", key)  # fp8=null / fp4=null: no quantized recipe
+        return True
+    if key in ("model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl"):
+        fused = keys.get("model.cross_entropy_loss_fusion", True)  # GPTModelProvider's default
+        u.set("cross_entropy_fusion", (keys.get("model.cross_entropy_fusion_impl") or "native") if fused else "none",
+              key)  # fmt: skip
+        return True
+    if key in ("ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32"):
+        value = keys.get("mixed_precision.grad_reduce_in_fp32", keys.get("ddp.grad_reduce_in_fp32"))
+        u.set("grad_reduce_in_fp32", bool(value), key)
         return True
     return False

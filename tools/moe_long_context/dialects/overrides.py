@@ -109,6 +109,19 @@ def bridge_overrides_for(cfg: TrainingConfig) -> dict[str, Any]:
     return items
 
 
+def bridge_translation(cfg: TrainingConfig, fields: set[str]) -> dict[str, Any]:
+    """Bridge override keys for the fields a launch sets (its values in ``cfg``); what it leaves to its
+    front end's defaults is not written."""
+    names = set(fields) | ({"vpp"} if "_layers_per_virtual_stage" in fields else set())
+    items: dict[str, Any] = {}
+    for name in dialect_table()["fields"]:
+        if name in names and _written(name, cfg):
+            items.update(bridge_items(name, getattr(cfg, name)))
+    if "mtp_num_layers" in names and cfg.mtp_num_layers is not None:
+        items["model.mtp_num_layers"] = cfg.mtp_num_layers
+    return items
+
+
 def bridge_python_snippet(cfg: TrainingConfig, recipe: str = "<your recipe>_config()") -> str:
     """A short Python snippet applying the overrides to a Megatron Bridge recipe's ConfigContainer."""
     lines = ["# apply to a Megatron Bridge ConfigContainer, e.g. cfg = " + recipe]

@@ -22,6 +22,10 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from .bridge_keys import bridge_value_problem
+from .hydra import HydraValueError, hydra_value, parse_value
+from .shell import ShellSyntaxError, Word, split_words
+from .shell import quote as shell_quote
 
 LAUNCHER_FLAGS = {
     "--nnodes",
@@ -62,11 +66,12 @@ def megatron_flags() -> dict[str, dict[str, Any]]:
 
 @dataclass
 class ArgItem:
-    """One flag as written, with its values (strings) and the position it had."""
+    """One flag as written, with its values (strings) and where it was written."""
 
     flag: str
     values: list[str]
     inline: bool = False  # written as --flag=value
+    span: tuple[int, int] | None = None  # characters of the flag and its values in the source text
 
 
 @dataclass
@@ -77,10 +82,19 @@ class ParsedScript:
     launcher_tokens: list[str] = field(default_factory=list)  # everything before the Megatron flags
     unknown: list[str] = field(default_factory=list)  # flags Megatron-LM's parser would refuse
     unresolved: list[str] = field(default_factory=list)  # values with shell variables left
+    source: str = ""  # the text the spans refer to
+    insert_at: int | None = None  # where a flag the launch does not write yet goes (after the last one)
+    command_start: int | None = None  # start of the line the Megatron command begins on
+    missing_value: list[str] = field(default_factory=list)  # flags written without the value they need
+    stray: list[str] = field(default_factory=list)  # words argparse would refuse as unrecognized arguments
+    exports: dict[str, tuple[int, int]] = field(default_factory=dict)  # NAME -> span of its assignment
 
 
-_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ARRAY = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}$")
+_NUMBER = re.compile(r"^-\d|^-\.\d")
+_BARE_VAR = re.compile(r"^\$(?:[@*]|\{[A-Za-z_]\w*\[[@*]\]\}|\{?[@*]\}?)$")
 
 
 def _expand(token: str, env: Mapping[str, str]) -> str:
@@ -95,64 +109,144 @@ def _expand(token: str, env: Mapping[str, str]) -> str:
     return _VAR.sub(sub, token)
 
 
-def _tokens(source: str | list[str]) -> list[str]:
-    if isinstance(source, list):
-        text = " ".join(shlex.quote(s) if " " in s and not s.startswith("--") else s for s in source)
-    else:
-        text = source
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=False)
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        return list(lexer)
-    except ValueError as exc:
-        raise InputError("megatron_args", text[:60] + "...", f"shell-like text ({exc})") from exc
+def _source_text(source: str | list[str]) -> str:
+    """The launch as one bash text. A list is argv: each element one word (a '--flag value' element is split)."""
+    if isinstance(source, str):
+        return source
+    parts = []
+    for s in source:
+        if s.startswith("--") and any(c.isspace() for c in s):
+            parts.append(s)
+        else:
+            parts.append(shell_quote(s))
+    return " ".join(parts)
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("--") and len(word) > 2
+
+
+def _is_option_like(word: str) -> bool:
+    """argparse reads a word that starts with '-' (and is not a negative number) as an option."""
+    return word.startswith("-") and len(word) > 1 and not _NUMBER.match(word)
 
 
 def parse_megatron_args(source: str | list[str]) -> ParsedScript:
-    """Parse Megatron-LM arguments as written in a launch script (continuations, comments, env)."""
+    """Parse Megatron-LM arguments as written in a launch script (continuations, comments, env, arrays)."""
     flags = megatron_flags()
-    parsed = ParsedScript()
-    tokens = [t for t in _tokens(source) if t not in ("(", ")", ";", "&&", "\\")]
-    # Variable assignments and launcher words come first; Megatron flags follow a *.py script or begin
-    # with the first known Megatron flag.
+    text = _source_text(source)
+    parsed = ParsedScript(source=text)
+    try:
+        words = split_words(text)
+    except ShellSyntaxError as exc:
+        raise InputError("megatron_args", text[:60] + ("..." if len(text) > 60 else ""),
+                         f"bash text ({exc})") from None  # fmt: skip
+    arrays: dict[str, list[Word]] = {}
+    commands: list[list[Word]] = [[]]
+    for w in words:
+        if w.kind == "sep":
+            commands.append([])
+        elif w.kind != "redirect":
+            commands[-1].append(w)
+    state = {"started": False, "done": False}
+    for cmd in commands:
+        if state["done"] and not (cmd and _is_flag(cmd[0].value)):
+            continue
+        _parse_command(cmd, parsed, arrays, flags, state)
+    return parsed
+
+
+def _assignments(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list[Word]]) -> int:
+    """Read leading VAR=value / export VAR=value / VAR=( ... ) words; return the index of the first other word."""
     i = 0
-    megatron_started = False
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.endswith("=(") or tok in ("export",):
+    while i < len(cmd):
+        w = cmd[i]
+        if w.kind == "word" and w.value in ("export", "declare", "local", "readonly") and i + 1 < len(cmd):
             i += 1
             continue
-        m = _ASSIGN.match(tok)
-        if m and not tok.startswith("-"):
-            parsed.env[m.group(1)] = _expand(m.group(2).strip("()"), parsed.env)
-            i += 1
+        m = _ASSIGN.match(w.value) if w.kind == "word" and not w.value.startswith("-") else None
+        if not m:
+            return i
+        name, value = m.group(1), m.group(2)
+        if value == "" and i + 1 < len(cmd) and cmd[i + 1].kind == "open":
+            j = i + 2
+            elems = []
+            while j < len(cmd) and cmd[j].kind != "close":
+                elems.append(cmd[j])
+                j += 1
+            arrays[name] = elems
+            parsed.exports[name] = (w.start, cmd[j].end if j < len(cmd) else cmd[-1].end)
+            i = j + 1
             continue
-        tok = _expand(tok, parsed.env)
-        if not tok.startswith("--"):
-            if not megatron_started:
+        parsed.env[name] = _expand(value, parsed.env)
+        parsed.exports[name] = (w.start, w.end)
+        i += 1
+    return i
+
+
+def _expanded(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list[Word]]) -> list[Word]:
+    """Words after variable expansion: arrays spread (keeping their spans), unquoted variables word-split."""
+    out: list[Word] = []
+    for w in cmd:
+        if w.kind != "word":
+            continue
+        m = _ARRAY.match(w.value)
+        if m and m.group(1) in arrays:
+            out.extend(_expanded(arrays[m.group(1)], parsed, arrays))
+            continue
+        value = _expand(w.value, parsed.env)
+        if value != w.value and not w.quoted and any(c.isspace() for c in value):
+            out.extend(Word(v, w.start, w.end, "split") for v in value.split())
+        elif value != w.value:
+            out.append(Word(value, w.start, w.end, "expanded", w.quoted))
+        else:
+            out.append(w)
+    return out
+
+
+def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list[Word]],
+                   flags: dict[str, dict[str, Any]], state: dict[str, bool]) -> None:  # fmt: skip
+    first = _assignments(cmd, parsed, arrays)
+    words = _expanded(cmd[first:], parsed, arrays)
+    if not words:
+        return
+    if not state["started"]:  # a new command: what came before was not the Megatron launch
+        parsed.command_start = parsed.source.rfind("\n", 0, cmd[first].start) + 1
+        parsed.launcher_tokens = []
+    i = 0
+    in_megatron = state["started"]
+    while i < len(words):
+        w = words[i]
+        tok = w.value
+        if not _is_flag(tok):
+            if not in_megatron:
                 parsed.launcher_tokens.append(tok)
-            if tok.endswith(".py"):
-                megatron_started = True
+                if tok.endswith(".py"):
+                    in_megatron = state["started"] = True
+            elif "$" in tok:  # "$@" or a variable the script does not define: its words are unknown here
+                parsed.unresolved.append(tok)
+            else:
+                parsed.stray.append(tok)
             i += 1
             continue
         name, eq, inline_value = tok.partition("=")
-        if name in LAUNCHER_FLAGS and name not in flags:
+        if not in_megatron and name in LAUNCHER_FLAGS and name not in flags:
+            key = name.replace("_", "-")
             if name in LAUNCHER_SWITCHES:
-                parsed.launcher[name.replace("_", "-")] = "true"
+                parsed.launcher[key] = "true"
+                parsed.launcher_tokens.append(tok)
+                i += 1
+            elif eq:
+                parsed.launcher[key] = inline_value
+                parsed.launcher_tokens.append(tok)
                 i += 1
             else:
-                value = inline_value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
-                parsed.launcher[name.replace("_", "-")] = _expand(value, parsed.env)
-                i += 1 if eq else 2
-            if not megatron_started:
-                if eq or name in LAUNCHER_SWITCHES:
-                    parsed.launcher_tokens.append(tok)
-                else:
-                    parsed.launcher_tokens.extend([tok, _expand(value, parsed.env)])
+                value = words[i + 1].value if i + 1 < len(words) else ""
+                parsed.launcher[key] = value
+                parsed.launcher_tokens.extend([tok, value])
+                i += 2
             continue
-        megatron_started = True
+        in_megatron = state["started"] = True
         spec = flags.get(name)
         values: list[str] = []
         j = i + 1
@@ -160,18 +254,27 @@ def parse_megatron_args(source: str | list[str]) -> ParsedScript:
             values = [inline_value]
         elif spec is None or spec["kind"] == "value":
             nargs = spec.get("nargs", 1) if spec else "*"
-            while j < len(tokens) and not tokens[j].startswith("--"):
+            while j < len(words) and not _is_option_like(words[j].value):
                 if nargs == 1 and values:
                     break
-                values.append(_expand(tokens[j], parsed.env))
+                if values and _BARE_VAR.match(words[j].value):
+                    break  # "$@" or an unknown array after a list value: more arguments, not this flag's
+                values.append(words[j].value)
                 j += 1
         if spec is None:
             parsed.unknown.append(name)
-        values = [_expand(v, parsed.env) for v in values]
+        elif spec["kind"] == "value" and not values and spec.get("nargs", 1) in (1, "+"):
+            parsed.missing_value.append(name)
+        last = words[j - 1] if j > i else w
+        local = w.kind != "split" and last.kind != "split"  # written here, not inside a variable's value
+        span = (w.start, last.end) if local else None
         parsed.unresolved += [f"{name} {v}" for v in values if "$" in v]
-        parsed.items.append(ArgItem(name, values, inline=bool(eq)))
-        i = j if not eq else i + 1
-    return parsed
+        parsed.items.append(ArgItem(name, values, inline=bool(eq), span=span))
+        if local:
+            parsed.insert_at = max(parsed.insert_at or 0, last.end)
+        i = j
+    if in_megatron:
+        state["done"] = True
 
 
 # --------------------------------------------------------------------------- Bridge overrides
@@ -206,18 +309,6 @@ def _split_overrides(text: str) -> list[str]:
     return [i for i in items if i != "\\"]
 
 
-def parse_value(text: str) -> Any:
-    """An override value: YAML scalars and flow lists ([a,b]), None/null, True/False."""
-    stripped = text.strip()
-    if stripped in ("None", "none", "null", "~"):
-        return None
-    try:
-        value = yaml.safe_load(stripped)
-    except yaml.YAMLError:
-        return stripped
-    return value
-
-
 def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
     """Parse Megatron Bridge 'key=value' overrides (dotted keys, lists as [a,b]) into {key: value}."""
     if isinstance(source, str):
@@ -238,7 +329,10 @@ def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
             raise InputError(
                 "bridge_overrides", key, "a dotted ConfigContainer key such as model.context_parallel_size"
             )
-        out[key] = parse_value(value)
+        try:
+            out[key] = parse_value(value)
+        except HydraValueError as exc:
+            raise InputError.plain(f"bridge_overrides: {key}={value}: {exc}") from None
     return out
 
 
@@ -317,9 +411,10 @@ def megatron_tokens(field_name: str, value: Any) -> list[str]:
     if special == "activation_offload":
         return [] if not value else ["--fine-grained-activation-offloading", "--offload-modules", *value]
     if special == "cross_entropy":
-        return {"none": [], "native": ["--cross-entropy-loss-fusion"]}.get(
-            value, ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
-        )
+        return {"none": [], "native": ["--cross-entropy-loss-fusion"],
+                "te": ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]}[value]  # fmt: skip
+    if special == "grad_reduce":
+        return [] if value else ["--grad-reduce-in-bf16"]
     flag = spec["megatron"].get("flag")
     if flag is None or special:
         return []
@@ -330,8 +425,8 @@ def megatron_tokens(field_name: str, value: Any) -> list[str]:
         return [] if value else [flag]
     if value is None:
         return []
-    if isinstance(value, list):
-        return [flag, *(str(v) for v in value)]
+    if isinstance(value, list):  # an empty list is the flag left out (argparse refuses it without values)
+        return [flag, *(str(v) for v in value)] if value else []
     return [flag, _fmt_value(value)]
 
 
@@ -358,12 +453,16 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
         if value == "none":
             return {"model.cross_entropy_loss_fusion": False}
         return {"model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": value}
+    if special == "grad_reduce":
+        return {"ddp.grad_reduce_in_fp32": value}
     key = spec["bridge"].get("key")
     if key is None or special:
         return {}
     out = {key: value}
     for extra in spec["bridge"].get("also", []):
         out[extra] = value
+    if value is None:  # a field Bridge cannot set to null (seq_length) is left to the recipe instead
+        out = {k: v for k, v in out.items() if bridge_value_problem(k, None) is None}
     return out
 
 
@@ -395,4 +494,4 @@ def render_megatron(tokens: list[str], per_line: bool = True) -> str:
 
 
 def render_bridge(items: Mapping[str, Any]) -> list[str]:
-    return [f"{key}={_fmt_value(value)}" for key, value in items.items()]
+    return [f"{key}={hydra_value(value)}" for key, value in items.items()]

@@ -60,18 +60,48 @@ def _add_tool_arguments(parser: argparse.ArgumentParser, request: type[BaseModel
 TEXT_INPUTS = ("megatron_args", "bridge_overrides", "config")  # may be given as FILE, or - for stdin
 
 
+PATH_MAX = 4096  # longest path the CLI will try to open; longer text is never looked up on disk
+
+
+def looks_like_path(value: str) -> bool:
+    """Whether a launch argument is a file to read rather than the launch itself, decided from its shape
+    alone (no file-system call): one word, no '=', not a flag, not a JSON/YAML object, short enough."""
+    return (
+        0 < len(value) <= PATH_MAX
+        and not any(c.isspace() for c in value)
+        and "=" not in value
+        and not value.startswith(("-", "{", "["))
+    )
+
+
 def _read_text_input(name: str, value: str) -> str:
     from pathlib import Path
 
     if value == "-":
-        return sys.stdin.read()
-    path = Path(value)
-    if "\n" not in value and len(value) < 4096 and path.is_file():
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # a text stream (tests, embedding): already decoded
+            return sys.stdin.read()
+        data = stream.read()
+        where = "stdin"
+    elif looks_like_path(value):
         try:
-            return path.read_text()
+            data = Path(value).read_bytes()
+        except FileNotFoundError:
+            raise InputError.plain(f"--{name.replace('_', '-')} {value}: no such file (give a path that exists, "
+                                   "- for stdin, or the launch text itself)") from None  # fmt: skip
         except OSError as exc:
-            raise InputError(name, value, f"a readable file ({exc.strerror})") from exc
-    return value
+            raise InputError.plain(
+                f"--{name.replace('_', '-')} {value}: cannot read it ({exc.strerror})"
+            ) from None
+        where = value
+    else:
+        return value
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError.plain(
+            f"--{name.replace('_', '-')} {where}: not UTF-8 text (byte {exc.start}); save the launch as UTF-8"
+        ) from None
 
 
 def _arguments(ns: argparse.Namespace, request: type[BaseModel]) -> dict[str, Any]:
@@ -102,7 +132,10 @@ def _run_tool(tool: Tool, ns: argparse.Namespace) -> int:
 
         from .report import render_plan_report
 
-        Path(ns.report).write_text(render_plan_report(request, result))
+        try:
+            Path(ns.report).write_text(render_plan_report(request, result))
+        except OSError as exc:
+            raise InputError.plain(f"--report {ns.report}: cannot write it ({exc.strerror})") from None
         print(f"wrote {ns.report}", file=sys.stderr)
     if ns.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2))

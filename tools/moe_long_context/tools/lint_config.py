@@ -3,34 +3,28 @@
 Input is one of: Megatron-LM arguments (a launch script or a list), Megatron Bridge overrides, or a
 ConfigContainer-shaped object. Findings name the flag or key they come from; flags the engine does not
 model are listed as not checked (never as errors); the corrected configuration applies each repair and
-changes nothing else, in the same dialect and in the other one.
+changes nothing else, in the same dialect and in the other one. The correction is checked as it is handed
+back: the corrected text is read again and every rule and the memory model run on it and on its
+translation, so ``remaining_errors`` and ``corrected_memory`` describe exactly what the user gets.
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from ..dialects.launch import Understood, understand_bridge, understand_megatron
-from ..dialects.overrides import (
-    architecture_flags,
-    bridge_overrides_for,
-    megatron_args_for,
-    megatron_defaults,
-)
+from ..dialects.launch import Understood
+from ..dialects.overrides import architecture_flags, bridge_translation, megatron_args_for, megatron_defaults
 from ..dialects.tables import (
     ParsedScript,
     bridge_items,
     flags_for,
     flatten_config,
     keys_for,
-    load_config_object,
     megatron_flags,
-    megatron_tokens,
-    parse_bridge_overrides,
-    parse_megatron_args,
     render_bridge,
     render_megatron,
     unflatten,
@@ -40,11 +34,15 @@ from ..engine.context import Context
 from ..engine.findings import Finding, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
 from ..errors import InputError, describe_validation_error
+from ..memory.rank_memory import memory_model
+from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model, models
 from ..model.hf import spec_from_hf_config
 from ..model.params import model_params
 from ..model.specs import ModelSpec
-from .repairs import repair_patch
+from .lint_edit import edit_bridge, edit_megatron
+from .lint_read import bridge_key_findings, gpu_skipped, understand_launch
+from .repair_choice import AppliedFix, MemoryVerdict, memory_verdict, repair_config
 
 MAX_TEXT = 200_000
 
@@ -91,11 +89,6 @@ class LintConfigRequest(_Args):
         return self
 
 
-class AppliedFix(BaseModel):
-    code: str = Field(description="The error the change resolves.")
-    settings: dict[str, Any] = Field(description="Engine fields changed to resolve it.")
-
-
 class LintConfigResult(BaseModel):
     valid: bool = Field(description="True when no finding is an error.")
     dialect: Literal["megatron-lm", "bridge", "config"]
@@ -114,7 +107,14 @@ class LintConfigResult(BaseModel):
         description="The corrected configuration in the other dialect (Bridge overrides for Megatron-LM input, "
         "Megatron-LM flags otherwise)."
     )
-    remaining_errors: list[str] = Field(description="Error codes no automatic repair resolves (fix by hand).")
+    remaining_errors: list[str] = Field(
+        description="Errors left in the corrected configuration, found by checking the corrected text itself and "
+        "its translation (empty when both pass every rule; MEMORY_OVER_BUDGET when it does not fit the GPU)."
+    )
+    corrected_memory: MemoryVerdict | None = Field(
+        description="The memory model on the corrected configuration: peak, usable, headroom, and pick_recompute's "
+        "next steps when it does not fit. None when no sequence length is known."
+    )
 
 
 # --------------------------------------------------------------------------- model
@@ -138,6 +138,8 @@ def _spec_value(spec: ModelSpec, key: str) -> Any:
 def _resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[Finding]]:
     arch = u.architecture
     notes: list[Finding] = []
+    if isinstance(given, ModelSpec):  # the model the other dialect's reading already resolved
+        return given, notes
     if given is not None:
         spec = load_model(given)
         diff = [f"{k}={arch[k]} (model: {_spec_value(spec, k)})" for k in _ARCH_KEYS if k in arch
@@ -242,6 +244,66 @@ def _gqa_spec(cfg: dict[str, Any], arch: dict[str, Any]) -> ModelSpec:
         ) from exc
 
 
+@dataclass
+class _Analysis:
+    """One launch checked: what it says, the configuration it means, and every finding on it."""
+
+    dialect: str
+    source: Any
+    parsed: Any  # ParsedScript, override dict or config object
+    u: Understood
+    model: ModelSpec
+    gpu: Any
+    num_gpus: int
+    cfg: TrainingConfig
+    ctx: Context
+    findings: list[Finding]
+    renames: dict[str, str | None]
+
+    @property
+    def error_codes(self) -> set[str]:
+        return {f.code for f in errors(self.findings)}
+
+
+def _analyse(
+    dialect: str, source: Any, model_arg: Any, gpu_id: str | None, num_gpus: int | None
+) -> _Analysis:
+    u, parsed = understand_launch(dialect, source)
+    model, model_notes = _resolve_model(u, model_arg)
+    gpu = load_gpu(gpu_id) if gpu_id else None
+    world = num_gpus or u.num_gpus
+    if world is None:
+        raise InputError(
+            "num_gpus", None, "a world size: pass num_gpus, or --nnodes and --nproc-per-node in the script"
+        )
+    fields, layers_per_vstage = _base_fields(u)
+    if layers_per_vstage:
+        pp = fields.get("pp", 1)
+        total = (
+            model.num_layers
+            + int(bool(fields.get("account_for_embedding_in_pipeline_split")))
+            + int(bool(fields.get("account_for_loss_in_pipeline_split")))
+        )
+        if pp and total % pp == 0 and (total // pp) % layers_per_vstage == 0:
+            fields["vpp"] = total // pp // layers_per_vstage or None
+    cfg = _build_config(fields, u, model, gpu_id, world)
+    ctx = Context(cfg=cfg, model=model, gpu=gpu)
+    found = run(ctx) + u.notes + model_notes
+    found += [
+        finding("VALUE_NOT_READ", p, "Give a value of the right type.", [p.split()[0]]) for p in u.problems
+    ]
+    renames: dict[str, str | None] = {}
+    if dialect == "megatron-lm":
+        renames = _unknown_flag_fixes(parsed)
+    else:
+        key_findings, renames = bridge_key_findings(parsed if dialect == "bridge" else flatten_config(parsed))
+        found += key_findings
+    if gpu is None:
+        found.append(gpu_skipped(ctx))
+    findings = sort_findings([_dialect_keys(f, u, dialect) for f in found])
+    return _Analysis(dialect, source, parsed, u, model, gpu, world, cfg, ctx, findings, renames)
+
+
 # --------------------------------------------------------------------------- lint
 
 
@@ -251,18 +313,6 @@ def _base_fields(u: Understood) -> tuple[dict[str, Any], int | None]:
     fields = {**base, **u.fields}
     layers_per_vstage = fields.pop("_layers_per_virtual_stage", None)
     return fields, layers_per_vstage
-
-
-def _understand(req: LintConfigRequest) -> tuple[Understood, str, Any]:
-    if req.megatron_args is not None:
-        parsed = parse_megatron_args(req.megatron_args)
-        return understand_megatron(parsed), "megatron-lm", parsed
-    if req.bridge_overrides is not None:
-        keys = parse_bridge_overrides(req.bridge_overrides)
-        return understand_bridge(keys), "bridge", keys
-    obj = load_config_object(req.config)
-    keys = flatten_config(obj)
-    return understand_bridge(keys), "config", obj
 
 
 def _dialect_keys(f: Finding, u: Understood, dialect: str) -> Finding:
@@ -279,108 +329,197 @@ def _dialect_keys(f: Finding, u: Understood, dialect: str) -> Finding:
     return f.model_copy(update={"keys": list(dict.fromkeys(names))})
 
 
-def _build_config(fields: dict[str, Any], u: Understood, model: ModelSpec, req: LintConfigRequest,
+def _build_config(fields: dict[str, Any], u: Understood, model: ModelSpec, gpu_id: str | None,
                   num_gpus: int) -> TrainingConfig:  # fmt: skip
     data = {k: v for k, v in fields.items() if k in TrainingConfig.model_fields}
     data.update(
         model=model.id, num_gpus=num_gpus, launcher="megatron-lm" if u.dialect == "megatron-lm" else "bridge"
     )
-    if req.gpu is not None:
-        data["gpu"] = req.gpu
+    if gpu_id is not None:
+        data["gpu"] = gpu_id
     try:
         return TrainingConfig(**data)
     except ValidationError as exc:  # a value of the launch is out of range or of the wrong type
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first.get("loc") else ""
+        written = ", ".join(u.origin.get(name, [])) or name
+        value = fields.get(name)
         raise InputError.plain(
-            "the launch sets a value the engine cannot use: " + describe_validation_error(exc)
+            f"{written}={value!r} cannot be used: {first['msg']}"
+            if written
+            else "the launch sets a value the engine cannot use: " + describe_validation_error(exc)
         ) from None
 
 
 def lint_config(req: LintConfigRequest) -> LintConfigResult:
-    u, dialect, original = _understand(req)
-    model, model_notes = _resolve_model(u, req.model)
-    gpu = load_gpu(req.gpu) if req.gpu else None
-    num_gpus = req.num_gpus or u.num_gpus
-    if num_gpus is None:
-        raise InputError(
-            "num_gpus", None, "a world size: pass num_gpus, or --nnodes and --nproc-per-node in the script"
-        )
-    fields, layers_per_vstage = _base_fields(u)
-    if layers_per_vstage:
-        pp = fields.get("pp", 1)
-        total = (
-            model.num_layers
-            + int(bool(fields.get("account_for_embedding_in_pipeline_split")))
-            + int(bool(fields.get("account_for_loss_in_pipeline_split")))
-        )
-        if pp and total % pp == 0 and (total // pp) % layers_per_vstage == 0:
-            fields["vpp"] = total // pp // layers_per_vstage or None
-    cfg = _build_config(fields, u, model, req, num_gpus)
-    ctx = Context(cfg=cfg, model=model, gpu=gpu)
-    found = run(ctx) + u.notes + model_notes
-    found += [
-        finding("VALUE_NOT_READ", p, "Give a value of the right type.", [p.split()[0]]) for p in u.problems
-    ]
-    findings = sort_findings([_dialect_keys(f, u, dialect) for f in found])
-
-    corrected_cfg, fixes, remaining = _repair(cfg, model, gpu)
-    changed = {k: getattr(corrected_cfg, k) for k in TrainingConfig.model_fields
-               if getattr(corrected_cfg, k) != getattr(cfg, k)}  # fmt: skip
+    dialect, source = _input_of(req)
+    first = _analyse(dialect, source, req.model, req.gpu, req.num_gpus)
+    final, fixes, other_text, other = _correct(first, req)
+    memory = memory_verdict(final.ctx)
+    remaining = sorted(final.error_codes | other.error_codes)
+    if memory is not None and memory.fits is False:  # what is handed back does not fit the GPU: not finished
+        remaining.append("MEMORY_OVER_BUDGET")
+    cfg, ctx = first.cfg, first.ctx
     effective = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model",)}
-    effective["model"] = model.id
+    effective["model"] = first.model.id
     # values in effect after the framework's own resolution
     effective.update(vpp=ctx.vpp, etp=ctx.etp, sequence_parallel=ctx.sequence_parallel)
-    if dialect == "megatron-lm":
-        renames = _unknown_flag_fixes(original)
-        fixes += [
-            AppliedFix(code="LM_UNKNOWN_FLAG", settings={flag: new or "removed"})
-            for flag, new in renames.items()
-        ]
-        corrected = _edit_megatron(original, changed, renames)
-        other = render_bridge(bridge_overrides_for(corrected_cfg))
+    if dialect == "config":
+        corrected: Any = final.parsed
+    elif dialect == "bridge":
+        corrected = render_bridge(final.parsed)
     else:
-        edited = _edit_bridge(flatten_config(original) if dialect == "config" else original, changed)
-        corrected = unflatten(edited) if dialect == "config" else render_bridge(edited)
-        other = render_megatron(architecture_flags(model, corrected_cfg.mtp_num_layers)
-                                + megatron_args_for(corrected_cfg))  # fmt: skip
+        corrected = final.parsed.source
     return LintConfigResult(
-        valid=not has_errors(findings),
+        valid=not has_errors(first.findings),
         dialect=dialect,
-        model=model.id,
-        num_gpus=num_gpus,
-        findings=findings,
+        model=first.model.id,
+        num_gpus=first.num_gpus,
+        findings=first.findings,
         effective_config=effective,
-        not_checked=u.not_checked,
+        not_checked=first.u.not_checked,
         fixes=fixes,
         corrected=corrected,
-        corrected_other_dialect=other,
+        corrected_other_dialect=other_text,
         remaining_errors=remaining,
+        corrected_memory=memory,
     )
 
 
-def _repair(cfg: TrainingConfig, model: ModelSpec, gpu) -> tuple[TrainingConfig, list[AppliedFix], list[str]]:
-    """Apply repairs for the engine's error findings until none is left (or none can be repaired)."""
+def _input_of(req: LintConfigRequest) -> tuple[str, Any]:
+    if req.megatron_args is not None:
+        return "megatron-lm", req.megatron_args
+    if req.bridge_overrides is not None:
+        return "bridge", req.bridge_overrides
+    return "config", req.config
+
+
+# --------------------------------------------------------------------------- the round trip
+
+
+def _correct(first: _Analysis, req: LintConfigRequest) -> tuple[_Analysis, list[AppliedFix], Any, _Analysis]:
+    """Repair, write the repairs into the launch, and check the written launch again, until it is clean.
+
+    What is handed back is what was checked last: every rule and the memory model ran on the corrected text
+    itself (and on its translation), never on the engine's idea of it.
+    """
+    current = first
     fixes: list[AppliedFix] = []
-    for _ in range(16):
-        ctx = Context(cfg=cfg, model=model, gpu=gpu)
-        errs = errors(run(ctx))
-        if not errs:
-            return cfg, fixes, []
-        patch: dict[str, Any] = {}
-        for f in errs:
-            if f.code in {fix.code for fix in fixes}:
-                continue
-            p = repair_patch(f.code, ctx)
-            p = {k: v for k, v in (p or {}).items() if getattr(cfg, k) != v}
-            if p:
-                fixes.append(AppliedFix(code=f.code, settings=p))
-                patch.update(p)
-                break  # one repair at a time: later errors may disappear with it
-        if not patch:
+    for _ in range(6):
+        renames = current.renames
+        # A misspelt flag or key means the launch was not read as written: rename first and read it again, so
+        # no repair is made to a configuration the user did not write.
+        changed: dict[str, Any] = {}
+        new_fixes: list[AppliedFix] = []
+        if not renames:
+            repaired, new_fixes = repair_config(current.ctx)
+            changed = {k: getattr(repaired, k) for k in TrainingConfig.model_fields
+                       if getattr(repaired, k) != getattr(current.cfg, k)}  # fmt: skip
+        if not changed and not renames:
             break
-        cfg = TrainingConfig(**{**cfg.model_dump(), **patch})
-    ctx = Context(cfg=cfg, model=model, gpu=gpu)
-    remaining = sorted({f.code for f in errors(run(ctx))})
-    return cfg, fixes, remaining
+        fixes += new_fixes
+        fixes += [AppliedFix(code="LM_UNKNOWN_FLAG" if current.dialect == "megatron-lm" else "BRIDGE_UNKNOWN_KEY",
+                             settings={name: new or "removed"}) for name, new in renames.items()]  # fmt: skip
+        text = _written_launch(current, changed, renames)
+        try:
+            nxt = _analyse(current.dialect, text, req.model, req.gpu, current.num_gpus)
+        except InputError:
+            break  # the edit cannot be read back: keep the last launch that can (its errors are reported)
+        if _same_launch(nxt, current):
+            current = nxt
+            break
+        current = nxt
+        if not current.error_codes:
+            break
+    other_text, other = _translate(current, req)
+    return current, fixes, other_text, other
+
+
+def _same_launch(a: _Analysis, b: _Analysis) -> bool:
+    if a.dialect == "megatron-lm":
+        return a.parsed.source == b.parsed.source
+    return a.parsed == b.parsed
+
+
+def _written_launch(a: _Analysis, changed: dict[str, Any], renames: dict[str, str | None]) -> Any:
+    if a.dialect == "megatron-lm":
+        return edit_megatron(a.parsed, changed, renames)
+    if a.dialect == "bridge":
+        return render_bridge(edit_bridge(a.parsed, changed, renames))
+    return unflatten(edit_bridge(flatten_config(a.parsed), changed, renames))
+
+
+def _explicit(a: _Analysis) -> set[str]:
+    return set(a.u.origin)
+
+
+def _translate(a: _Analysis, req: LintConfigRequest) -> tuple[Any, _Analysis]:
+    """The corrected launch in the other dialect, checked as that dialect reads it."""
+    cfg = a.cfg
+    if a.dialect == "megatron-lm":
+        items = bridge_translation(cfg, _explicit(a))
+        items = _with_differing_defaults(a, items, req)
+        text = render_bridge(items)
+        return text, _analyse("bridge", text, _model_ref(a, req), req.gpu, a.num_gpus)
+    resolved = resolved_config(a)
+    tokens = architecture_flags(a.model, cfg.mtp_num_layers) + megatron_args_for(resolved)
+    text = render_megatron(tokens)
+    return text, _analyse("megatron-lm", text, _model_ref(a, req), req.gpu, a.num_gpus)
+
+
+def _model_ref(a: _Analysis, req: LintConfigRequest) -> Any:
+    """How to name the checked model to the other dialect (which may not declare the architecture)."""
+    if req.model is not None:
+        return req.model
+    return a.model.id if a.model.id in {m.id for m in models()} else a.model
+
+
+def resolved_config(a: _Analysis) -> TrainingConfig:
+    """The configuration with the values the launcher derives by itself written out (ETP, SP, VPP)."""
+    ctx = a.ctx
+    vpp = ctx.vpp if a.cfg.pipeline_layout is None else a.cfg.vpp
+    return TrainingConfig(**{**a.cfg.model_dump(), "etp": ctx.etp, "sequence_parallel": ctx.sequence_parallel,
+                             "vpp": vpp})  # fmt: skip
+
+
+def _with_differing_defaults(a: _Analysis, items: dict[str, Any], req: LintConfigRequest) -> dict[str, Any]:
+    """Add the fields the Megatron-LM launch leaves to its defaults where Bridge's recipe default differs and
+    the difference changes the run (an error appears or goes, or the memory peak moves)."""
+    model = _model_ref(a, req)
+    base = _analyse("bridge", render_bridge(items), model, req.gpu, a.num_gpus)
+    want, have = resolved_config(a), resolved_config(base)
+    out = dict(items)
+    for name in TrainingConfig.model_fields:
+        if not _is_setting(name) or getattr(want, name) == getattr(have, name):
+            continue
+        trial = {**out, **bridge_items(name, getattr(want, name))}
+        try:
+            t = _analyse("bridge", render_bridge(trial), model, req.gpu, a.num_gpus)
+        except InputError:
+            continue
+        if t.error_codes != base.error_codes or _peak(t.ctx) != _peak(base.ctx) or name in _ALWAYS_CARRIED:
+            out = trial
+    return out
+
+
+# Defaults the launchers resolve differently that change what runs even where no check or the memory model
+# sees it: the experts' tensor-parallel layout (Megatron-LM's ETP is TP when not given, Bridge's is 1) and the
+# token exchange (Megatron-LM's dispatcher is allgather when not given, Bridge's recipes use alltoall).
+_ALWAYS_CARRIED = {"etp", "dispatcher", "mtp_num_layers"}
+
+
+def _is_setting(name: str) -> bool:
+    from ..dialects.tables import dialect_table
+
+    return name in dialect_table()["fields"]
+
+
+def _peak(ctx: Context) -> float | None:
+    try:
+        mm = memory_model(ctx)
+    except Exception:
+        return None
+    return round(mm.peak_rank.total / GIB, 2) if mm is not None else None
 
 
 def _unknown_flag_fixes(parsed: ParsedScript) -> dict[str, str | None]:
@@ -390,49 +529,4 @@ def _unknown_flag_fixes(parsed: ParsedScript) -> dict[str, str | None]:
     for flag in parsed.unknown:
         close = difflib.get_close_matches(flag, list(megatron_flags()), n=1, cutoff=0.75)
         out[flag] = close[0] if close and close[0] not in given else None
-    return out
-
-
-def _edit_megatron(parsed: ParsedScript, changed: dict[str, Any], renames: dict[str, str | None]) -> str:
-    """The original script with the changed fields' flags replaced, everything else as written."""
-    tokens: list[str] = list(parsed.launcher_tokens)
-    pending = dict(changed)
-    env_lines = []
-    if pending.pop("nccl_graph_register", True) is False:
-        env_lines.append("export NCCL_GRAPH_REGISTER=0")
-    if pending.pop("expandable_segments", None) is False:
-        env_lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False")
-    groups = {name: set(flags_for(name)) for name in pending}
-    for item in parsed.items:
-        if item.flag in renames:
-            if renames[item.flag]:
-                tokens += [renames[item.flag], *item.values]
-            continue
-        owner = next((n for n, fl in groups.items() if item.flag in fl), None)
-        if owner is None:
-            tokens += [item.flag, *item.values]
-            continue
-        if owner in pending:
-            tokens += megatron_tokens(owner, pending.pop(owner))
-    for name, value in pending.items():
-        tokens += megatron_tokens(name, value)
-    text = render_megatron(tokens)
-    return "\n".join([*env_lines, text]) if env_lines else text
-
-
-def _edit_bridge(keys: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    pending = dict(changed)
-    owners = {}
-    for name in pending:
-        for key in keys_for(name):
-            owners[key] = name
-    for key, value in keys.items():
-        name = owners.get(key)
-        if name is None:
-            out[key] = value
-        elif name in pending:
-            out.update(bridge_items(name, pending.pop(name)))
-    for name, value in pending.items():
-        out.update(bridge_items(name, value))
     return out

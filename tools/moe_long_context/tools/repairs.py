@@ -271,6 +271,78 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
 }
 
 
+# Rules with more than one fix: each alternative as (what it does, the repair), in order of preference (the
+# smallest change first). lint_config keeps the first one that resolves the error without a new one and fits
+# the GPU with headroom, and reports the others with the GiB they would need.
+def _recompute_without_moe_keep_graphs(ctx: Context) -> Patch:
+    return _moe_recompute_vs_router(ctx)
+
+
+def _graphs_attn_only(ctx: Context) -> Patch:
+    mods = [
+        m for m in ctx.cfg.cuda_graph_modules or [] if m not in ("moe", "moe_router", "moe_preprocess", "mlp")
+    ]
+    if not mods:
+        mods = ["attn"]
+    return {"cuda_graph_modules": mods}
+
+
+def _ep_overlap_off(ctx: Context) -> Patch:
+    return {"ep_overlap": False}
+
+
+ALTERNATIVES: dict[str, list[tuple[str, Callable[[Context], Patch]]]] = {
+    "RECOMPUTE_EP_OVERLAP": [
+        ("keep EP overlap and change the recompute", _ep_overlap_recompute),
+        ("keep the recompute and turn EP overlap off", _ep_overlap_off),
+    ],
+    "GRAPH_MOE_RECOMPUTE_ROUTER": [
+        ("recompute moe_act instead of moe and keep the router graphs", _recompute_without_moe_keep_graphs),
+        ("keep moe recompute and capture only attention in CUDA graphs", _graphs_attn_only),
+    ],
+    "GRAPH_PREPROCESS_NEEDS_ROUTER": [
+        ("capture moe_router as well", REPAIRS["GRAPH_PREPROCESS_NEEDS_ROUTER"]),
+        ("stop capturing moe_preprocess", _without("cuda_graph_modules", "moe_preprocess")),
+    ],
+    "RECOMPUTE_MOE_OFFLOAD": [
+        ("drop moe from the recompute modules", _without("recompute_modules", "moe")),
+        ("keep moe recompute and turn activation offload off", lambda ctx: {"activation_offload": None}),
+    ],
+}
+
+
+def _layout_options(ctx: Context) -> list[tuple[str, Callable[[Context], Patch]]]:
+    """The nearest accepted layouts, nearest first."""
+    from .check_dp_budget import nearest_alternatives
+
+    out = []
+    for alt in nearest_alternatives(ctx, limit=6):
+        settings = dict(alt.settings)
+        label = "layout " + " ".join(
+            f"{k.upper()}={v}" for k, v in settings.items() if k in ("tp", "cp", "pp", "ep")
+        )
+        out.append((label, lambda _ctx, s=settings: s))
+    return out
+
+
+_LAYOUT_CODES = {code for code, fn in REPAIRS.items() if fn is _layout}
+
+
+def repair_options(code: str, ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+    """Every fix for an error code that changes something, as (description, fields to set), preferred first."""
+    if code in _LAYOUT_CODES:
+        options = _layout_options(ctx)
+    else:
+        options = ALTERNATIVES.get(code) or ([("the rule's fix", REPAIRS[code])] if code in REPAIRS else [])
+    out = []
+    for label, fn in options:
+        patch = fn(ctx)
+        patch = {k: v for k, v in (patch or {}).items() if getattr(ctx.cfg, k) != v}
+        if patch and all(patch != other for _, other in out):
+            out.append((label, patch))
+    return out
+
+
 def repair_patch(code: str, ctx: Context) -> Patch:
     fn = REPAIRS.get(code)
     return fn(ctx) if fn else None

@@ -1,0 +1,137 @@
+"""lint_config's reading of a launch: what is refused as not a launch, and the findings about the input itself.
+
+Input that is not a launch (empty, no flag or key, a file path given as text, what argparse or Hydra would
+refuse) is refused with one line naming what is wrong; an override key Bridge 0.6.2's ConfigContainer does
+not have is an error with a did-you-mean; without a GPU, one finding names the checks that were skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dialects.argcheck import check_megatron_arguments
+from ..dialects.bridge_keys import bridge_value_problem, layout_from_list, unknown_bridge_key
+from ..dialects.launch import Understood, understand_bridge, understand_megatron
+from ..dialects.tables import flatten_config, load_config_object, parse_bridge_overrides, parse_megatron_args
+from ..engine.context import Context
+from ..engine.findings import Finding
+from ..engine.rules import finding
+from ..errors import InputError
+
+
+def _preview(text: str) -> str:
+    one = " ".join(text.split())
+    return one[:60] + ("..." if len(one) > 60 else "")
+
+
+def _refuse_non_launch(name: str, source: Any) -> None:
+    """Refuse input that is not a launch at all: empty, or a file path given as text."""
+    if isinstance(source, list):
+        if not any(str(s).strip() for s in source):
+            raise InputError.plain(f"{name} is empty: give the launch as text or a list of its words")
+        return
+    if isinstance(source, str):
+        text = source.strip()
+        if not text:
+            raise InputError.plain(
+                f"{name} is empty: give the launch script's text, its flags or its overrides"
+            )
+        if not any(c.isspace() for c in text) and ("/" in text or text.endswith((".sh", ".yaml", ".yml", ".json")))\
+                and "=" not in text and not text.startswith(("-", "{")):  # fmt: skip
+            raise InputError.plain(
+                f"{name}={text[:80]!r} looks like a file path, which is not read here: pass the file's text "
+                "(the moe-lc CLI reads a path that exists)"
+            )
+
+
+def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
+    """The launch read in engine terms, and its parsed form; refuses what is not a launch."""
+    if dialect == "megatron-lm":
+        _refuse_non_launch("megatron_args", source)
+        parsed = parse_megatron_args(source)
+        if not parsed.items:
+            raise InputError.plain(
+                f"megatron_args has no Megatron-LM flag (read {_preview(_source_of(source))!r}): give the launch "
+                "script or its flags, e.g. --tensor-model-parallel-size 2 --seq-length 131072"
+            )
+        check_megatron_arguments(parsed)
+        return understand_megatron(parsed), parsed
+    if dialect == "bridge":
+        _refuse_non_launch("bridge_overrides", source)
+        keys = parse_bridge_overrides(source)
+        if not keys:
+            raise InputError.plain(
+                "bridge_overrides has no key=value item, e.g. model.context_parallel_size=8"
+            )
+        _refuse_wrong_types("bridge_overrides", keys)
+        return understand_bridge(_engine_keys(keys)), keys
+    _refuse_non_launch("config", source)
+    obj = load_config_object(source)
+    keys = flatten_config(obj)
+    if not keys:
+        raise InputError.plain("config has no ConfigContainer section (model, train, optimizer, ...)")
+    _refuse_wrong_types("config", keys)
+    return understand_bridge(_engine_keys(keys)), obj
+
+
+def _refuse_wrong_types(name: str, keys: dict[str, Any]) -> None:
+    for key, value in keys.items():
+        problem = bridge_value_problem(key, value)
+        if problem:
+            raise InputError.plain(f"{name}: {key}={value!r} is {problem}")
+
+
+def _source_of(source: Any) -> str:
+    return source if isinstance(source, str) else " ".join(map(str, source))
+
+
+def _engine_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """Bridge values in the form the dialect table reads (a list-form pipeline layout as its string)."""
+    out = dict(keys)
+    layout = out.get("model.pipeline_model_parallel_layout")
+    as_text = layout_from_list(layout)
+    if as_text is not None:
+        out["model.pipeline_model_parallel_layout"] = as_text
+    return out
+
+
+def bridge_key_findings(keys: dict[str, Any]) -> tuple[list[Finding], dict[str, str | None]]:
+    """BRIDGE_UNKNOWN_KEY for every key Bridge 0.6.2's ConfigContainer does not have, and the renames."""
+    found, renames = [], {}
+    for key in keys:
+        unknown, close = unknown_bridge_key(key)
+        if not unknown:
+            continue
+        renames[key] = close if close and close not in keys else None
+        found.append(finding(
+            "BRIDGE_UNKNOWN_KEY",
+            f"{key} is not a field of Megatron Bridge 0.6.2's ConfigContainer: Hydra stops with "
+            f"\"Could not override '{key}'\" and the engine did not read it.",
+            f"Did you mean {close}?" if close else "Remove it, or check the key against the recipe's ConfigContainer.",
+            [key],
+        ))  # fmt: skip
+    return found, renames
+
+
+# GPU-dependent checks, by what they check (the rule codes that stay silent without a GPU).
+GPU_CHECKS = {
+    "precision recipe support on the GPU": ["PRECISION_GPU", "PRECISION_ADVICE"],
+    "flex dispatcher backend on the GPU": ["DISPATCHER_GPU", "DISPATCHER_ADVICE"],
+    "NVLink domains": ["TP_OUTSIDE_NVLINK", "EP_OUTSIDE_NVLINK", "CP_OUTSIDE_NVLINK"],
+    "memory fit": ["MEMORY_OVER_BUDGET"],
+}
+
+
+def gpu_skipped(ctx: Context) -> Finding:
+    what = "; ".join(f"{k} ({', '.join(v)})" for k, v in GPU_CHECKS.items())
+    extra = (
+        f" precision={ctx.cfg.precision} was not checked against any GPU."
+        if ctx.cfg.precision != "bf16"
+        else ""
+    )
+    return finding(
+        "GPU_CHECKS_SKIPPED",
+        f"No GPU given, so these checks were skipped: {what}.{extra}",
+        "Pass gpu (h100, h200, b200, b300, gb200, gb300) to run them.",
+        ["gpu"],
+    )
