@@ -100,7 +100,7 @@ def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full
     """Forward FLOPs per token of decoder layer ``index`` (linear layers and core attention)."""
     layer_type = spec.attention_layer_types[index]
     attn, _ = attention_params(spec, layer_type)
-    shared, _, active, _ = mlp_params(spec, spec.moe_layers[index])
+    shared, _, active, _ = mlp_params(spec, spec.moe_layers[index], layer_type)
     router = spec.hidden_size * spec.num_experts if spec.moe_layers[index] else 0
     core_type = "full" if sliding_as_full and layer_type == "sliding" else layer_type
     return 2 * (attn + shared + active + router) + _core_attention_flops_per_token(spec, core_type, seq)
@@ -197,7 +197,7 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
 
     def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
         attn_w, _ = attention_params(m, layer_type)
-        shared, _, active, _ = mlp_params(m, is_moe)
+        shared, _, active, _ = mlp_params(m, is_moe, layer_type)
         t: dict[str, float] = {}
         # GEMMs (fwd + 2x bwd = 3x fwd), sharded by TP (dense) and computed for local tokens.
         dense_flops = 3 * 2 * tokens * (attn_w + shared) / c.tp

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InputError
+from .hf_hybrid import refuse
+from .hf_hybrid import register as register_hybrid_families
 from .specs import ModelSpec
 
 FAMILY_BY_MODEL_TYPE = {
@@ -227,6 +229,9 @@ CONVERTERS: dict[str, Callable[[_Reader], None]] = {
 }
 
 
+register_hybrid_families(FAMILY_BY_MODEL_TYPE, CONVERTERS)  # sparse-attention and Mamba-hybrid families
+
+
 def read_config_json(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """Load a config.json from a path or take it as given; return it and a label for sources."""
     if isinstance(source, Mapping):
@@ -258,6 +263,7 @@ def spec_from_hf_config(
     """Build a ModelSpec from a Hugging Face config.json (path, directory or parsed object)."""
     cfg, origin = read_config_json(source)
     model_type = cfg.get("model_type")
+    refuse(model_type)
     family = FAMILY_BY_MODEL_TYPE.get(model_type or "")
     if family is None:
         supported = ", ".join(sorted(FAMILY_BY_MODEL_TYPE))

@@ -312,7 +312,7 @@ def recompute_fraction_of(ctx: Context, labels: set[str]) -> float:
     total = replay = 0.0
     for i in range(m.num_layers):
         attn, _ = attention_params(m, m.attention_layer_types[i])
-        shared, _, active, _ = mlp_params(m, m.moe_layers[i])
+        shared, _, active, _ = mlp_params(m, m.moe_layers[i], m.attention_layer_types[i])
         layer = attn + shared + active
         total += layer
         if "mla_up_proj" in labels and m.is_mla:
