@@ -177,8 +177,9 @@ def forecast_memory(ctx: Context) -> MemoryForecast:
     """The worst PP rank: per-kind activation inventories times the layers each chunk holds and the in-flight
     microbatches of the schedule, the loss logits, static memory and buffers."""
     from ..engine.step_time import rank_layers
-    from ..memory.activations import kept, layer_inventory, shard_of
+    from ..memory.activations import kept, shard_of
     from ..memory.buffers import buffer_terms
+    from ..memory.hybrid_layers import layer_inventory
     from ..memory.rank_memory import overhead_gib
     from ..memory.weights import padded_vocab, rank_params, static_terms
     from .pick_recompute import _applicable

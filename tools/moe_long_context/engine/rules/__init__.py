@@ -29,4 +29,4 @@ def run(ctx: Context, families: Iterable[str] = FAMILIES) -> list[Finding]:
 
 @cache
 def _load_checks() -> None:
-    from . import batch, cp, graphs, layout, moe, optimizer, pipeline, precision, recompute  # noqa: F401
+    from . import batch, cp, dsa, graphs, layout, mamba, moe, optimizer, pipeline, precision, recompute  # noqa: F401  # noqa: F401  (issue 16 layer kinds)
