@@ -18,6 +18,7 @@ from ..model.params import attention_params, layer_params, mlp_params, spec_cach
 from ..model.specs import GpuSpec, ModelSpec
 from .context import Context
 from .pipeline import PipelineSplit
+from .step_time_hybrid import hybrid_core_flops_per_token
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
@@ -84,6 +85,9 @@ class StepTime:
 
 def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float:
     """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving)."""
+    hybrid = hybrid_core_flops_per_token(spec, layer_type, seq)  # Mamba, DSA and MLP-only layers
+    if hybrid is not None:
+        return hybrid
     n = spec.num_attention_heads
     if layer_type == "linear":
         nv, dv = spec.linear_num_value_heads or 0, spec.linear_value_head_dim or 0
@@ -211,7 +215,7 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
         if c.tp > 1:
             volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)
             t["tp_comm"] = volume / tp_bw * (1 - TP_OVERLAP)
-        if c.cp > 1 and layer_type != "linear":
+        if c.cp > 1 and layer_type not in ("linear", "mamba", "none"):
             kv_width = (
                 (m.num_query_groups * m.head_dim * 2)
                 if not m.is_mla
