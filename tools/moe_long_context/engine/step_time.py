@@ -18,7 +18,7 @@ from ..model.params import attention_params, layer_params, mlp_params, spec_cach
 from ..model.specs import GpuSpec, ModelSpec
 from .context import Context
 from .pipeline import PipelineSplit
-from .step_time_hybrid import hybrid_core_flops_per_token
+from .step_time_hybrid import dsa_gathered_width, hybrid_core_flops_per_token
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
@@ -221,6 +221,8 @@ def step_time(ctx: Context, recompute_fraction: float = 0.0, offloaded_state_byt
                 if not m.is_mla
                 else m.num_attention_heads * (m.head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
             )
+            if layer_type == "dsa":  # DSA all-gathers its MLA latent and indexer keys, not per-head K/V
+                kv_width = dsa_gathered_width(m)
             kv_bytes = tokens * kv_width * bytes_act / c.tp
             qo_bytes = tokens * m.num_attention_heads * (m.v_head_dim or m.head_dim) * 2 * bytes_act / c.tp
             comm = c.cp_comm_type or "p2p"

@@ -37,6 +37,12 @@ def dsa_flops_per_token(spec: ModelSpec, seq: int) -> float:
     return indexer + 2 * width * min(seq, spec.dsa_index_topk or seq)
 
 
+def dsa_gathered_width(spec: ModelSpec) -> int:
+    """Elements per token a DSA layer all-gathers over CP: the MLA latent (kv_lora_rank + RoPE dims) and the
+    indexer key (dsa.py:1805-1835 gathers K/V in full-sequence order)."""
+    return (spec.kv_lora_rank or 0) + (spec.qk_pos_emb_head_dim or 0) + (spec.dsa_index_head_dim or 0)
+
+
 def hybrid_core_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float | None:
     """Core (non-GEMM) forward FLOPs per token of one layer of these kinds; None for the other layer types."""
     if layer_type == "mamba":
