@@ -105,3 +105,18 @@ def test_terms_are_named_in_the_breakdown():
     )
     assert "Mamba SSD inter-chunk states" in nano_result.model_dump_json()
     assert any("Mamba-2 layers:" in a for a in nano_result.assumptions)
+
+
+def test_readme_states_the_glm52_calibration_the_engine_computes():
+    """README 'How far to trust the numbers': GLM-5.2 at 200K on 608 H100 against the card's 81,005 MiB."""
+    from pathlib import Path
+
+    from moe_long_context.engine.representative import representative_layouts
+
+    config = next(lay.config for lay in representative_layouts() if lay.id == "glm-5.2-200k-h100")
+    peak = estimate_memory(EstimateMemoryRequest(**config)).peak_gib
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    mib = round(peak * 1024, -1)
+    assert f"{peak:.1f} GiB" in readme and f"{mib:,.0f} MiB" in readme
+    error = round(100 * (1 - peak * 1024 / 81005))
+    assert f"**{error} % below** the measurement" in readme

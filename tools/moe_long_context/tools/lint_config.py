@@ -155,6 +155,9 @@ def _resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, 
             "--num-experts, --moe-router-topk, ...) in the launch",
         )
     matches = [s for s in models() if all(arch[k] == _spec_value(s, k) for k in present)]
+    dsa = arch.get("--experimental-attention-variant") == "dsa"
+    hybrid = "--hybrid-layer-pattern" in arch
+    matches = [s for s in matches if s.has_dsa == dsa and s.is_hybrid == hybrid]
     if len(matches) == 1 and len(present) >= 3:
         spec = matches[0]
         notes.append(finding("MODEL_RECOGNISED", f"The architecture flags match {spec.name} ({spec.id}).", None,

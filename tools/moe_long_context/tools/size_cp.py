@@ -92,6 +92,12 @@ def comm_type_for(
     """(cp_comm_type, hierarchical sizes, reason) for a legal CP, or (None, None, why not)."""
     if cp == 1:
         return None, None, "CP=1 needs no cp_comm_type."
+    if model.has_dsa:
+        return (
+            "all_gather",
+            None,
+            "DeepSeek sparse attention runs CP only over allgather (Megatron Core 0.19.2 DSA)",
+        )
     domain = gpu.nvlink_domain if gpu is not None else 8
     a2a_max = max_a2a_size(model, tp)
 
