@@ -55,7 +55,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
     bounded = cheap_bounds(enumerate_candidates(model, gpu, req, mtp), model, gpu, req, base)
-    if not bounded:
+    references = _references(model, gpu, req)  # a published layout answers even when no candidate does
+    if not bounded and not any(e is not None for _, e in references):
         raise InputError(
             "num_gpus",
             req.num_gpus,
@@ -86,7 +87,6 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         if e is not None:
             found.append(e)
     candidates = bounded
-    references = _references(model, gpu, req)
     for _, evaluated_ref in references:
         if evaluated_ref is not None and not any(_same_plan(evaluated_ref, e) for e in found):
             found.append(evaluated_ref)
