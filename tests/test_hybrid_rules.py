@@ -143,3 +143,13 @@ def test_no_selective_recompute_label_for_mamba(granularity, expected):
     found = findings(NANO, recompute_granularity=granularity, **extra)
     assert ("MAMBA_NO_SELECTIVE_LABEL" in found) is expected
     assert "MAMBA_NO_SELECTIVE_LABEL" not in findings(GLM, recompute_granularity=granularity, **extra)
+
+
+def test_size_cp_keeps_mamba_head_parallel_cp_legal():
+    """size_cp stops at CP = heads / TP for Mamba (mamba_context_parallel.py:106-110): 64 at TP 1, 8 at TP 8."""
+    from moe_long_context.tools.size_cp import SizeCpRequest, size_cp
+
+    one = size_cp(SizeCpRequest(model="nemotron-3-nano", gpu="h100", seq_len=1048576, tp=1))
+    eight = size_cp(SizeCpRequest(model="nemotron-3-nano", gpu="h100", seq_len=1048576, tp=8))
+    assert (one.cp, eight.cp) == (64, 8)
+    assert mamba_tp_cp_problems(64, 8, 1, 128) and mamba_tp_cp_problems(64, 8, 8, 16)
