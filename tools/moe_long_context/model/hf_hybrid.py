@@ -66,7 +66,7 @@ def _glm_moe_dsa(r: _Reader, trunk: Converter) -> None:
     _dsa_indexer(r)
     why = "Bridge models/glm_moe_dsa/glm5_bridge.py:102 sets moe_router_score_function='sigmoid'"
     r.set("moe_router_score_function", "sigmoid", why)
-    r.set("tie_embeddings", bool(r.cfg.get("tie_word_embeddings", False)), "glm5_bridge.py:86 (untied)")
+    r.set("tie_embeddings", False, "Bridge glm5_bridge.py:86 share_embeddings_and_output_weights=False")
 
 
 def _deepseek_v32(r: _Reader, trunk: Converter) -> None:
