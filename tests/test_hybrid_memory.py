@@ -120,3 +120,25 @@ def test_readme_states_the_glm52_calibration_the_engine_computes():
     assert f"{peak:.1f} GiB" in readme and f"{mib:,.0f} MiB" in readme
     error = round(100 * (1 - peak * 1024 / 81005))
     assert f"**{error} % below** the measurement" in readme
+
+
+def test_cuda_graph_buffers_follow_the_hybrid_layer_kinds():
+    """attn graphs capture the 6 attention layers, mamba graphs the 23 Mamba layers (MambaLayer checks
+    CudaGraphModule.mamba, ssm/mamba_layer.py:110); one input and one output buffer each."""
+    from moe_long_context.memory.buffers import graph_static_bytes
+
+    def static(modules):
+        ctx = ctx_of(model="nemotron-3-nano", gpu="gb200", num_gpus=8, seq_len=4096, ep=8, gbs=64,
+                     cuda_graph_impl="transformer_engine", cuda_graph_modules=modules)  # fmt: skip
+        return graph_static_bytes(ctx, shard_of(ctx), list(range(52)))
+
+    layer_io = 2 * 2 * 2688 * 4096
+    assert static(["attn"]) == 6 * layer_io
+    assert static(["mamba"]) == 23 * layer_io
+    assert static(["mlp"]) == 0  # the pattern has no dense MLP layer
+
+
+def test_a_hybrid_whose_mlps_are_all_moe_counts_as_all_moe():
+    from moe_long_context.model.catalog import load_model
+
+    assert load_model("nemotron-3-nano").all_layers_moe and not load_model("glm-5").all_layers_moe

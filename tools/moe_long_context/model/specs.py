@@ -228,7 +228,9 @@ class ModelSpec(BaseModel):
 
     @property
     def all_layers_moe(self) -> bool:
-        return self.num_moe_layers == self.num_layers
+        """Every MLP is an MoE layer (no dense MLP); a hybrid's Mamba and attention layers have no MLP."""
+        with_mlp = sum(self.layer_has_mlp(t) for t in self.attention_layer_types)
+        return self.num_moe_layers == with_mlp
 
     @property
     def norm_params_per_width(self) -> int:
