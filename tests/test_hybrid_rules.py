@@ -153,3 +153,19 @@ def test_size_cp_keeps_mamba_head_parallel_cp_legal():
     eight = size_cp(SizeCpRequest(model="nemotron-3-nano", gpu="h100", seq_len=1048576, tp=8))
     assert (one.cp, eight.cp) == (64, 8)
     assert mamba_tp_cp_problems(64, 8, 1, 128) and mamba_tp_cp_problems(64, 8, 8, 16)
+
+
+def test_mla_up_proj_on_dsa_needs_bf16():
+    """MCore absorbed_mla.py:661-663: checkpointing the absorbed up-projection asserts without FP8/FP4."""
+    selective = dict(GLM, cp_comm_type="all_gather", recompute_granularity="selective")
+    assert "DSA_MLA_UP_PROJ_QUANTIZED" in errors(
+        selective, recompute_modules=["mla_up_proj"], precision="mxfp8"
+    )
+    assert "DSA_MLA_UP_PROJ_QUANTIZED" not in errors(
+        selective, recompute_modules=["mla_up_proj"], precision="bf16"
+    )
+    assert "DSA_MLA_UP_PROJ_QUANTIZED" not in errors(selective, recompute_modules=["moe"], precision="mxfp8")
+    dsv3 = dict(selective, model="deepseek-v3", num_gpus=256, pp=8, cp_comm_type="p2p")
+    assert "DSA_MLA_UP_PROJ_QUANTIZED" not in errors(
+        dsv3, recompute_modules=["mla_up_proj"], precision="mxfp8"
+    )

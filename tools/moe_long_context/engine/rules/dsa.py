@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...model.specs import ModelSpec
+from ..config import precision_is_quantized
 from ..context import Context
 from ..findings import Finding
 from .table import check, finding
@@ -70,4 +71,20 @@ def dsa_config(ctx: Context) -> Iterator[Finding]:
             "AutoBridge cannot convert a DeepSeek-V3.2 checkpoint.",
             "Launch DeepSeek-V3.2 with Megatron-LM (launcher megatron-lm) and --experimental-attention-variant dsa.",
             ["launcher", "model"],
+        )
+
+
+@check("recompute")
+def dsa_recompute(ctx: Context) -> Iterator[Finding]:
+    """DSA runs MLA absorbed (AbsorbedMLASelfAttention): mla_up_proj recompute applies, but not with FP8/FP4."""
+    m, c = ctx.model, ctx.cfg
+    if not m.has_dsa or c.recompute_granularity != "selective" or "mla_up_proj" not in ctx.recompute_modules:
+        return
+    if precision_is_quantized(c.precision):
+        yield finding(
+            "DSA_MLA_UP_PROJ_QUANTIZED",
+            f"mla_up_proj recompute with {c.precision} on the DSA model {m.name}: AbsorbedMLASelfAttention asserts "
+            "'FP8/FP4 is not supported for AbsorbedMLA' when it checkpoints the up-projection.",
+            "Drop mla_up_proj from recompute_modules, or train in BF16.",
+            ["recompute_modules", "precision"],
         )
