@@ -130,7 +130,7 @@ BAD_CALLS = [
     (
         "size_cp",
         {"model": "dsv4", "seq_len": 8192},
-        ["model='dsv4' is not allowed", "did you mean 'deepseek-v3'"],
+        ["model='dsv4' is not allowed", "DeepSeek-V4 cannot run on Megatron Core 0.19.2"],
     ),
     (
         "size_cp",

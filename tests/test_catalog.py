@@ -36,6 +36,9 @@ EXPECTED_IDS = {
     "qwen1.5-moe-a2.7b",
     "qwen3.5-35b-a3b",
     "qwen3.5-397b-a17b",
+    "deepseek-v3.2",  # issue 16: sparse attention and Mamba hybrids
+    "glm-5",
+    "nemotron-3-nano",
 }
 
 
@@ -88,9 +91,9 @@ def test_aliases_and_case_insensitive_ids():
 
 def test_unknown_model_lists_known_ids_and_suggests_closest():
     with pytest.raises(InputError) as err:
-        load_model("deepseek-v4")
+        load_model("deepseek-v9")
     text = str(err.value)
-    assert "model='deepseek-v4'" in text
+    assert "model='deepseek-v9'" in text
     assert "kimi-k2" in text and "did you mean 'deepseek-v3'" in text
 
 

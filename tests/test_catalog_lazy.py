@@ -22,7 +22,7 @@ def test_a_lookup_converts_only_the_preset_it_names(fresh_catalog):
     assert catalog.load_model("DSV3").id == "deepseek-v3"
     assert catalog._load_preset.cache_info().currsize == 1
     with pytest.raises(InputError, match="did you mean 'deepseek-v3'"):
-        catalog.load_model("deepseek-v4")
+        catalog.load_model("deepsek-v3")
     assert catalog._load_preset.cache_info().currsize == 1  # an unknown id converts nothing either
 
 

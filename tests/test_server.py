@@ -184,6 +184,8 @@ async def test_resources_serve_the_engine_data():
         gpus = json.loads(await read("moe-lc://catalog/gpus"))
         one = json.loads(await read("moe-lc://catalog/models/dsv3"))
         with pytest.raises(MCPError, match="did you mean 'deepseek-v3'"):
+            await read("moe-lc://catalog/models/dsv9")
+        with pytest.raises(MCPError, match=r"DeepSeek-V4 cannot run on Megatron Core 0\.19\.2"):
             await read("moe-lc://catalog/models/dsv4")
     assert uris == {
         "moe-lc://catalog/models",

@@ -126,6 +126,9 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             else:
                 u.architecture["first_k_dense_replace"] = dense
             continue
+        if flag in ("--experimental-attention-variant", "--hybrid-layer-pattern") and vals:
+            u.architecture[flag] = vals[0]  # tells DSA and hybrid models from their dense-attention twins
+            continue
         if flag in (
             "--multi-latent-attention",
             "--group-query-attention",

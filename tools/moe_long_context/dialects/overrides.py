@@ -60,6 +60,11 @@ def architecture_flags(model: ModelSpec, mtp_layers: int | None = None) -> list[
         out += ["--moe-layer-freq", f"([0]*{m.num_dense_layers}+[1]*{m.num_moe_layers})"]
     if not m.tie_embeddings:
         out.append("--untie-embeddings-and-output-weights")
+    if m.has_dsa:
+        out += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.dsa_index_n_heads),
+                "--dsa-indexer-head-dim", str(m.dsa_index_head_dim), "--dsa-indexer-topk", str(m.dsa_index_topk)]  # fmt: skip
+    if m.is_hybrid:
+        out += ["--hybrid-layer-pattern", str(m.hybrid_layer_pattern)]
     mtp = m.mtp_num_layers if mtp_layers is None else mtp_layers
     if mtp:
         out += ["--mtp-num-layers", str(mtp)]

@@ -18,6 +18,7 @@ from ..model.params import attention_params, layer_params, mlp_params, spec_cach
 from ..model.specs import GpuSpec, ModelSpec
 from .context import Context
 from .pipeline import PipelineSplit
+from .step_time_hybrid import dsa_gathered_width, hybrid_core_flops_per_token
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
@@ -156,6 +157,9 @@ class StepTime:
 
 def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float:
     """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving)."""
+    hybrid = hybrid_core_flops_per_token(spec, layer_type, seq)  # Mamba, DSA and MLP-only layers
+    if hybrid is not None:
+        return hybrid
     n = spec.num_attention_heads
     if layer_type == "linear":
         nv, dv = spec.linear_num_value_heads or 0, spec.linear_value_head_dim or 0
@@ -172,7 +176,7 @@ def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full
     """Forward FLOPs per token of decoder layer ``index`` (linear layers and core attention)."""
     layer_type = spec.attention_layer_types[index]
     attn, _ = attention_params(spec, layer_type)
-    shared, _, active, _ = mlp_params(spec, spec.moe_layers[index])
+    shared, _, active, _ = mlp_params(spec, spec.moe_layers[index], layer_type)
     router = spec.hidden_size * spec.num_experts if spec.moe_layers[index] else 0
     core_type = "full" if sliding_as_full and layer_type == "sliding" else layer_type
     return 2 * (attn + shared + active + router) + _core_attention_flops_per_token(spec, core_type, seq)
@@ -285,7 +289,7 @@ def step_time(
 
     def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
         attn_w, _ = attention_params(m, layer_type)
-        shared, _, active, _ = mlp_params(m, is_moe)
+        shared, _, active, _ = mlp_params(m, is_moe, layer_type)
         t: dict[str, float] = {}
         # GEMMs (fwd + 2x bwd = 3x fwd), sharded by TP (dense) and computed for local tokens.
         dense_flops = 3 * 2 * tokens * (attn_w + shared) / c.tp
@@ -299,12 +303,14 @@ def step_time(
         if c.tp > 1:
             volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)
             t["tp_comm"] = volume / tp_bw * (1 - TP_OVERLAP)
-        if c.cp > 1 and layer_type != "linear":
+        if c.cp > 1 and layer_type not in ("linear", "mamba", "none"):
             kv_width = (
                 (m.num_query_groups * m.head_dim * 2)
                 if not m.is_mla
                 else m.num_attention_heads * (m.head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
             )
+            if layer_type == "dsa":  # DSA all-gathers its MLA latent and indexer keys, not per-head K/V
+                kv_width = dsa_gathered_width(m)
             kv_bytes = tokens * kv_width * bytes_act / c.tp
             qo_bytes = tokens * m.num_attention_heads * (m.v_head_dim or m.head_dim) * 2 * bytes_act / c.tp
             comm = ctx.cp_comm_type

@@ -69,12 +69,15 @@ def graph_static_bytes(ctx: Context, sh: Shard, layers: list[int]) -> float:
     total = 0.0
     for i in layers:
         moe = m.moe_layers[i]
+        kind = m.attention_layer_types[i]  # a hybrid layer is a Mamba mixer, an attention or an MLP
         if not mods:
             total += 2 * hidden  # whole layer
             continue
-        if "attn" in mods:
+        if "attn" in mods and kind not in ("mamba", "none"):
             total += 2 * hidden
-        if "mlp" in mods and not moe:
+        if "mamba" in mods and kind == "mamba":
+            total += 2 * hidden
+        if "mlp" in mods and not moe and m.layer_has_mlp(kind):
             total += 2 * hidden
         if "moe" in mods and moe:
             total += 2 * hidden

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from ..engine.config import precision_is_quantized
 from ..engine.context import Context
 from ..engine.schedule import peak_in_flight
-from .activations import BF16, FP32, Saved, Shard, kept, layer_inventory, removed, shard_of
+from .activations import BF16, FP32, Saved, Shard, kept, removed, shard_of
 from .buffers import buffer_terms
+from .hybrid_layers import assumptions as hybrid_assumptions
+from .hybrid_layers import kind_transient, layer_inventory
 from .terms import GIB, Term
 from .weights import optimizer_assumption, padded_vocab, rank_params, static_terms
 
@@ -211,6 +213,11 @@ def rank_memory(
                 "embedding weight-gradient transient", embed_excess, "dense BF16 gradient of the vocab table"
             )
         )
+    transient, what = kind_transient(ctx, sh, {m.attention_layer_types[i] for i in layers})
+    if transient:
+        mem.terms.append(
+            Term(f"layer-kind transient: {what}", transient, "one layer at a time, see assumptions")
+        )
     mem.terms += buffer_terms(ctx, sh, layers, held)
     return mem
 
@@ -292,6 +299,7 @@ def assumptions(ctx: Context, sh: Shard) -> list[str]:
         out.append(
             "Gated DeltaNet layers: approximate inventory (fla chunked kernel saves q, k, v, FP32 gates)."
         )
+    out += hybrid_assumptions(ctx)
     if c.dispatcher == "flex-hybridep":
         out.append(
             "HybridEP buffers sized for the worst case (all tokens to one rank), as HybridEpBuffer allocates."

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import InputError, unknown_id
 from .hf import spec_from_hf_config
+from .hf_hybrid import refuse_name
 from .specs import GpuSpec, ModelSpec
 
 __all__ = ["gpu_ids", "gpus", "load_gpu", "load_model", "model_ids", "models"]
@@ -156,6 +157,7 @@ def load_model(model: str | Mapping[str, Any] | ModelSpec, field: str = "model")
         return _load_preset(index[key])
     if key.endswith(".json"):
         return spec_from_hf_config(model)
+    refuse_name(key)
     if key.endswith((".yaml", ".yml")):
         return spec_from_yaml(model.strip(), field)
     raise unknown_id(field, model, model_ids(), index)

@@ -18,6 +18,8 @@ from pydantic import ValidationError
 
 from ..errors import InputError
 from .hf_families import convert_table_family, family_table, language_config
+from .hf_hybrid import REFUSED_MODEL_TYPES
+from .hf_hybrid import register as register_hybrid_families
 from .specs import ModelSpec
 
 # The families converted by the functions below (the others are in hf_families.yaml): the models each covers,
@@ -29,6 +31,10 @@ CONVERTER_TITLES = {
     "qwen3_next": ("Qwen3-Next-80B-A3B", "GQA + Gated DeltaNet", "megatron/bridge/models/qwen/qwen3_next_bridge.py"),
     "gpt_oss": ("gpt-oss-20b, gpt-oss-120b", "GQA + sliding window", "megatron/bridge/models/gpt_oss/gpt_oss_bridge.py"),
     "mixtral": ("Mixtral-8x7B, Mixtral-8x22B", "GQA", "none"),
+    # read by model/hf_hybrid.py
+    "glm_moe_dsa": ("GLM-5, GLM-5.1, GLM-5.2", "MLA + DSA indexer", "megatron/bridge/models/glm_moe_dsa/glm5_bridge.py"),
+    "deepseek_v32": ("DeepSeek-V3.2", "MLA + DSA indexer", "none (Megatron-LM launch)"),
+    "nemotron_h": ("Nemotron-3 Nano", "Mamba-2 + GQA hybrid", "megatron/bridge/models/nemotronh/nemotron_h_bridge.py"),
 }  # fmt: skip
 
 FAMILY_BY_MODEL_TYPE = {
@@ -258,17 +264,24 @@ def _family_of(model_type: str) -> str | None:
 
 
 def refuse_model_type(model_type: Any) -> InputError:
-    """The error for a config.json family the loader does not convert, with the ways that always work."""
+    """The error for a config.json family the loader does not convert: why, when a family is known to be one
+    Megatron Core 0.19.2 cannot build (model/hf_hybrid.py), then the supported ones and the ways that always
+    work."""
+    why = REFUSED_MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
     return InputError(
         "model.model_type",
         model_type,
         "one of the supported families (" + ", ".join(supported_model_types()) + ")",
-        "give the architecture another way: as Megatron-LM flags in a launch script (lint_config reads "
+        (f"{why}; " if why else "")
+        + "give the architecture another way: as Megatron-LM flags in a launch script (lint_config reads "
         "--num-layers, --hidden-size, --num-experts ...) or as a YAML file of ModelSpec fields passed as the "
         "model argument (e.g. model: my-model.yaml with family, num_layers, hidden_size, vocab_size, "
         "tie_embeddings, attention, num_attention_heads, num_query_groups, head_dim, ffn_hidden_size, "
         "num_experts, moe_router_topk, moe_ffn_hidden_size)",
     )
+
+
+register_hybrid_families(FAMILY_BY_MODEL_TYPE, CONVERTERS)  # sparse-attention and Mamba-hybrid families
 
 
 def read_config_json(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:

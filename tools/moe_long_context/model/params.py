@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+from .params_hybrid import dsa_indexer_params, mamba_params
 from .specs import ModelSpec
 
 
@@ -40,6 +41,13 @@ def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
     n = spec.num_attention_heads
     norm = spec.norm_params_per_width
     replicated = h * norm  # input norm
+    if layer_type == "mamba":
+        return mamba_params(spec)
+    if layer_type == "none":  # an MLP-only layer of a hybrid stack: its norm is the MLP's
+        return 0, 0
+    if layer_type == "dsa":
+        sharded, mla_replicated = attention_params(spec, "full")
+        return sharded, mla_replicated + dsa_indexer_params(spec)
     if layer_type == "linear":
         nk, nv = spec.linear_num_key_heads or 0, spec.linear_num_value_heads or 0
         dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
@@ -87,8 +95,11 @@ def _ffn(spec: ModelSpec, width: int) -> int:
     return weights
 
 
-def mlp_params(spec: ModelSpec, is_moe: bool) -> tuple[int, int, int, int]:
-    """(TP-sharded dense/shared, routed experts, active routed experts, replicated) of one MLP block."""
+def mlp_params(spec: ModelSpec, is_moe: bool, layer_type: str = "full") -> tuple[int, int, int, int]:
+    """(TP-sharded dense/shared, routed experts, active routed experts, replicated) of one MLP block; zeros for a
+    hybrid stack's mixer layers, which have none (``layer_type`` says which layer kind it is)."""
+    if not spec.layer_has_mlp(layer_type):
+        return 0, 0, 0, 0
     h = spec.hidden_size
     replicated = h * spec.norm_params_per_width  # pre-MLP norm
     if not is_moe:
@@ -124,7 +135,9 @@ def spec_cache(spec: ModelSpec) -> dict:
 
 def _compute_layer(spec: ModelSpec, index: int) -> LayerParams:
     attn, attn_rep = attention_params(spec, spec.attention_layer_types[index])
-    shared, experts, active, mlp_rep = mlp_params(spec, spec.moe_layers[index])
+    shared, experts, active, mlp_rep = mlp_params(
+        spec, spec.moe_layers[index], spec.attention_layer_types[index]
+    )
     return LayerParams(attn, shared, experts, attn_rep + mlp_rep, active)
 
 

@@ -12,9 +12,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AttentionKind = Literal["gqa", "mla"]
-AttentionLayerType = Literal["full", "sliding", "linear"]
+AttentionLayerType = Literal["full", "sliding", "linear", "dsa", "mamba", "none"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
 PositionEmbedding = Literal["rope", "learned_absolute"]
+
+
+HYBRID_FAMILIES = ("glm_moe_dsa", "deepseek_v32", "nemotron_h")
 
 
 class ModelSpec(BaseModel):
@@ -84,7 +87,8 @@ class ModelSpec(BaseModel):
     )
     sliding_window: int | None = Field(default=None, description="Window of the sliding-window layers.")
     attention_layer_types: tuple[AttentionLayerType, ...] = Field(
-        description="Per decoder layer: full attention, sliding-window attention or linear (Gated DeltaNet)."
+        description="Per decoder layer: full attention, sliding-window attention, linear (Gated DeltaNet), "
+        "dsa (MLA with a DSA indexer), mamba (a Mamba-2 mixer layer of a hybrid) or none (an MLP-only hybrid layer)."
     )
     add_qkv_bias: bool = Field(
         default=False,
@@ -123,6 +127,34 @@ class ModelSpec(BaseModel):
     published_active_params: float | None = Field(default=None, description="Published active parameters.")
     sources: dict[str, str] = Field(default_factory=dict, description="Where each field came from.")
 
+    # ---- Hybrid and sparse-attention layer kinds (issue 16): Mamba-2 hybrids (nemotron_h) and DeepSeek sparse
+    # attention (glm_moe_dsa, deepseek_v32). All None/defaults for the other families.
+    hybrid_layer_pattern: str | None = Field(
+        default=None,
+        description="Megatron hybrid_layer_pattern of the main stack, one symbol per layer (M Mamba, * attention, "
+        "- MLP, E MoE); when set, each layer is either a mixer or an MLP, never both.",
+    )
+    mamba_num_heads: int | None = Field(default=None, gt=0, description="Mamba-2 heads (nheads).")
+    mamba_head_dim: int | None = Field(default=None, gt=0, description="Mamba-2 head dim (d_inner / nheads).")
+    mamba_state_dim: int | None = Field(default=None, gt=0, description="Mamba-2 SSM state size (d_state).")
+    mamba_num_groups: int | None = Field(default=None, gt=0, description="Mamba-2 B/C groups (ngroups).")
+    mamba_conv_kernel: int = Field(default=4, gt=0, description="Mamba-2 causal conv width (d_conv).")
+    mamba_chunk_size: int = Field(default=128, gt=0, description="Mamba-2 SSD scan chunk size.")
+    mlp_squared_relu: bool = Field(
+        default=False, description="MLPs use squared ReLU (Nemotron-H), not SwiGLU."
+    )
+    dsa_index_n_heads: int | None = Field(default=None, gt=0, description="DSA lightning-indexer heads.")
+    dsa_index_head_dim: int | None = Field(default=None, gt=0, description="DSA indexer head dim.")
+    dsa_index_topk: int | None = Field(default=None, gt=0, description="Keys each query attends to (top-k).")
+    dsa_index_topk_freq: int = Field(
+        default=1, ge=1, description="Every how many layers the indexer computes its own top-k (IndexShare)."
+    )
+    dsa_index_skip_topk_offset: int = Field(
+        default=0,
+        ge=0,
+        description="Leading layers before top-k sharing starts (dsa_indexer_skip_topk_offset).",
+    )
+
     @model_validator(mode="after")
     def _moe_fields_agree(self) -> ModelSpec:
         if self.num_experts == 0:
@@ -139,6 +171,30 @@ class ModelSpec(BaseModel):
             raise ValueError("moe_ffn_hidden_size must be positive for an MoE model")
         return self
 
+    @model_validator(mode="after")
+    def _hybrid_fields_agree(self) -> ModelSpec:
+        if len(self.attention_layer_types) != self.num_layers:
+            raise ValueError(
+                f"attention_layer_types has {len(self.attention_layer_types)} entries for {self.num_layers} layers"
+            )
+        if self.hybrid_layer_pattern is not None:
+            if len(self.hybrid_layer_pattern) != self.num_layers:
+                raise ValueError(
+                    f"hybrid_layer_pattern has {len(self.hybrid_layer_pattern)} symbols for {self.num_layers} layers"
+                )
+            if self.has_mamba and not (
+                self.mamba_num_heads
+                and self.mamba_head_dim
+                and self.mamba_state_dim
+                and self.mamba_num_groups
+            ):
+                raise ValueError(
+                    "a hybrid with Mamba layers needs mamba_num_heads, head_dim, state_dim, groups"
+                )
+        if self.has_dsa and not (self.dsa_index_n_heads and self.dsa_index_head_dim and self.dsa_index_topk):
+            raise ValueError("DSA layers need dsa_index_n_heads, dsa_index_head_dim and dsa_index_topk")
+        return self
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -146,7 +202,27 @@ class ModelSpec(BaseModel):
     @cached_property
     def moe_layers(self) -> tuple[bool, ...]:
         """Per decoder layer: True when the layer's MLP is an MoE layer."""
+        if self.hybrid_layer_pattern:
+            return tuple(symbol == "E" for symbol in self.hybrid_layer_pattern)
         return tuple(self.is_moe and i >= self.num_dense_layers for i in range(self.num_layers))
+
+    @property
+    def is_hybrid(self) -> bool:
+        """A Megatron hybrid stack: every layer is one mixer (Mamba, attention) or one MLP."""
+        return bool(self.hybrid_layer_pattern)
+
+    def layer_has_mlp(self, layer_type: str) -> bool:
+        """Whether a layer of this attention type carries an MLP: always, except in a hybrid stack, where only
+        the MLP-only layers (type none) do."""
+        return not self.is_hybrid or layer_type == "none"
+
+    @property
+    def has_mamba(self) -> bool:
+        return "mamba" in self.attention_layer_types
+
+    @property
+    def has_dsa(self) -> bool:
+        return "dsa" in self.attention_layer_types
 
     @property
     def num_moe_layers(self) -> int:
@@ -154,7 +230,9 @@ class ModelSpec(BaseModel):
 
     @property
     def all_layers_moe(self) -> bool:
-        return self.num_moe_layers == self.num_layers
+        """Every MLP is an MoE layer (no dense MLP); a hybrid's Mamba and attention layers have no MLP."""
+        with_mlp = sum(self.layer_has_mlp(t) for t in self.attention_layer_types)
+        return self.num_moe_layers == with_mlp
 
     @property
     def norm_params_per_width(self) -> int:

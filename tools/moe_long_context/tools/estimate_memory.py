@@ -97,16 +97,23 @@ def _kinds(ctx: Context, layers: list[int]) -> str:
     if not layers:
         return "none"
     moe = sum(m.moe_layers[i] for i in layers)
+    with_mlp = sum(m.layer_has_mlp(m.attention_layer_types[i]) for i in layers)
     counts = []
-    if len(layers) - moe:
-        counts.append(f"{len(layers) - moe} dense")
+    if with_mlp - moe:
+        counts.append(f"{with_mlp - moe} dense")
     if moe:
         counts.append(f"{moe} MoE")
     types = [m.attention_layer_types[i] for i in layers]
     attention = "MLA" if m.is_mla else "GQA"
     kinds = [
         f"{types.count(t)} {label}"
-        for t, label in (("full", attention), ("sliding", "sliding-window"), ("linear", "Gated DeltaNet"))
+        for t, label in (
+            ("full", attention),
+            ("sliding", "sliding-window"),
+            ("linear", "Gated DeltaNet"),
+            ("dsa", "MLA + DSA indexer"),
+            ("mamba", "Mamba-2"),
+        )
         if types.count(t)
     ]
     return " + ".join(counts) + " MLP; attention " + ", ".join(kinds)

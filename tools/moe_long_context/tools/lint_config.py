@@ -158,6 +158,9 @@ def _resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, 
             "--num-experts, --moe-router-topk, ...) in the launch",
         )
     matches = [s for s in models() if all(arch[k] == _spec_value(s, k) for k in present)]
+    dsa = arch.get("--experimental-attention-variant") == "dsa"
+    hybrid = "--hybrid-layer-pattern" in arch
+    matches = [s for s in matches if s.has_dsa == dsa and s.is_hybrid == hybrid]
     same = (
         len({model_params(s).total for s in matches}) == 1
     )  # e.g. GLM-4.5 and GLM-4.7 share one architecture

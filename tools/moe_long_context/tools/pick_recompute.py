@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..engine.config import TrainingConfig
+from ..engine.config import TrainingConfig, precision_is_quantized
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, errors, has_errors, sort_findings
 from ..engine.pipeline import propose_splits
@@ -155,7 +155,8 @@ def _applicable(ctx: Context) -> list[str]:
     has = {
         "layernorm": m.is_mla or m.is_moe,  # the only norms not fused into a GEMM (MLA input, MoE pre-MLP)
         "moe_act": m.is_moe,
-        "mla_up_proj": m.is_mla,
+        # DSA's absorbed MLA refuses to checkpoint its up-projection under FP8/FP4 (rules/dsa.py)
+        "mla_up_proj": m.is_mla and not (m.has_dsa and precision_is_quantized(ctx.cfg.precision)),
         "gdn_norm_out": m.has_linear_attention,
         "mlp": not m.all_layers_moe,
         "shared_experts": bool(m.moe_shared_expert_intermediate_size),

@@ -289,7 +289,8 @@ SPLIT_FIELDS = frozenset(("pp", "vpp", "pipeline_layout", "account_for_embedding
 
 
 def _kind_columns(ctx: Context, sh, order: list[str], labels: frozenset[str], first_of: dict):
-    from ..memory.activations import kept, layer_inventory
+    from ..memory.activations import kept
+    from ..memory.hybrid_layers import layer_inventory  # every layer kind, Mamba and DSA included
 
     per_kind: dict[Kind, list[float]] = {}
     largest_of: dict[Kind, float] = {}

@@ -14,8 +14,10 @@ from ..engine.config import MAX_GPUS, GpuArgs, LauncherArgs, ModelArgs, _Args
 from ..engine.findings import Finding, has_errors, sort_findings
 from ..engine.rules import finding
 from ..engine.rules.cp import comm_type_findings, max_a2a_size, sequence_findings, shard_target
+from ..engine.rules.mamba import mamba_tp_cp_problems
 from ..errors import InputError
 from ..model.catalog import load_gpu, load_model
+from ..model.params_hybrid import mamba_dims
 from ..model.specs import GpuSpec, ModelSpec
 
 
@@ -79,6 +81,9 @@ def _constraint_problems(
             if heads and heads % (tp * cp):
                 problems.append(f"Gated DeltaNet heads ({heads}) must divide by TP x CP = {tp * cp}")
                 break
+    if model.has_mamba:  # Mamba's head-parallel CP (rules/mamba.py)
+        heads, _, _, groups, _ = mamba_dims(model)
+        problems += [message for _, message in mamba_tp_cp_problems(heads, groups, tp, cp)]
     if num_gpus is not None and num_gpus % (tp * cp):
         problems.append(f"TP x CP = {tp * cp} does not divide num_gpus={num_gpus}")
     if cp > 1 and comm_type_for(model, None, tp, cp, packed)[0] is None:
@@ -92,6 +97,12 @@ def comm_type_for(
     """(cp_comm_type, hierarchical sizes, reason) for a legal CP, or (None, None, why not)."""
     if cp == 1:
         return None, None, "CP=1 needs no cp_comm_type."
+    if model.has_dsa:
+        return (
+            "all_gather",
+            None,
+            "DeepSeek sparse attention runs CP only over allgather (Megatron Core 0.19.2 DSA)",
+        )
     domain = gpu.nvlink_domain if gpu is not None else 8
     a2a_max = max_a2a_size(model, tp)
 

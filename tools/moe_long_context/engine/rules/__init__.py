@@ -40,4 +40,17 @@ def run_tool(ctx: Context, families: Iterable[str]) -> list[Finding]:
 
 @cache
 def _load_checks() -> None:
-    from . import batch, cp, graphs, launcher, layout, moe, optimizer, pipeline, precision, recompute  # noqa: F401
+    from . import (  # noqa: F401
+        batch,
+        cp,
+        dsa,
+        graphs,
+        launcher,
+        layout,
+        mamba,
+        moe,
+        optimizer,
+        pipeline,
+        precision,
+        recompute,
+    )

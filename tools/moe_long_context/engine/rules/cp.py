@@ -9,6 +9,7 @@ from ...model.specs import GpuSpec, ModelSpec
 from ..context import Context
 from ..findings import Finding
 from ..launcher_defaults import unset_value
+from .dsa import dsa_comm_type_findings
 from .table import check, finding
 
 
@@ -70,6 +71,8 @@ def comm_type_findings(
                 )
             )
         return out
+    if model.has_dsa:  # DSA all-gathers K/V itself; TE's CP limits do not apply (rules/dsa.py)
+        return out + dsa_comm_type_findings(model, cp, comm)
     effective = written
     keys = ["cp_comm_type"]
     if effective == "a2a+p2p":
