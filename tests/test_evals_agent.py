@@ -82,8 +82,11 @@ def test_passes_positive_tasks_and_declines_negative_ones(with_skill):
 def test_without_the_skill_it_is_a_tool_less_baseline():
     answers = {t["id"]: agent.answer_without_skill(t["question"]) for t in TASKS}
     positive = [t for t in TASKS if t["expected_skill"]]
-    rates = [grade(t, {"id": t["id"], "answer": answers[t["id"]]})["summary"]["pass_rate"] for t in positive]
-    assert sum(rates) / len(rates) < 0.2 and not any(r == 1.0 for r in rates)
+    summaries = [grade(t, {"id": t["id"], "answer": answers[t["id"]]})["summary"] for t in positive]
+    rates = [s["pass_rate"] for s in summaries]
+    # rules of thumb earn credit for the false claims they avoid (precision), but not a task, and no tool use
+    assert sum(rates) / len(rates) < 0.35 and not any(r == 1.0 for r in rates)
+    assert all(s["process"]["passed"] == 0 for s in summaries)
 
 
 def test_the_agent_does_not_read_the_tasks():

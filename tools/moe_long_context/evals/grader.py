@@ -14,6 +14,10 @@ optional). Each of the task's checks becomes one expectation ``{text, passed, ev
   the engine did not report, flags it found nothing wrong with called wrong, and the task's known inventions.
 - ``skill_not_used``: for negative tasks, the skill was not used (no call to its tools either).
 
+Each expectation is either *outcome* (what the answer says: every content check) or *process* (how it got
+there: the tool-use checks); grading.json's summary gives both apart, so an agent without tools is judged on
+its content as well as failed on its process.
+
 Precision checks (forbidden, tool_not_called, lint_precision, skill_not_used) are credited only when a recall
 check passed: an answer that says nothing makes no false claim, but earns nothing for it. Same record, same
 grade: nothing here depends on time, order of dictionaries or the machine.
@@ -21,6 +25,7 @@ grade: nothing here depends on time, order of dictionaries or the machine.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable
@@ -34,7 +39,7 @@ from ..model.catalog import load_gpu, load_model
 from ..tools.plan_search import default_dispatcher, default_precision
 from ..tools.size_cp import comm_type_for
 from . import extract, reading
-from .tasks import PRECISION_TYPES, RECALL_TYPES
+from .tasks import PRECISION_TYPES, PROCESS_TYPES, RECALL_TYPES
 
 ENGINE_TOOLS = frozenset(tool.name for tool in TOOLS)
 GRADER_VERSION = "2"
@@ -303,42 +308,50 @@ def _lint_error(check: dict, a: Answer) -> tuple[bool, str]:
     code = check["code"]
     if re.search(rf"\b{re.escape(code)}\b", a.text):
         return True, f"names {code}"
-    for sentence in extract.sentences(a.text):
-        if extract.NEGATED.search(sentence):
-            continue
-        if not (extract.ERROR_CLAIM.search(sentence) or extract.FIX_WORDS.search(sentence)):
+    # the flag (or its name in plain words) and the fault, in one sentence read with its lead or the line
+    # before it (a flag on one line, what is wrong with it on the next)
+    views = [u for u in reading.units(a.text) if not reading.disclaimed(u)]
+    texts = [u.read for u in views] + [
+        f"{x.text} {y.text}" for x, y in itertools.pairwise(views) if x.block != y.block
+    ]
+    for text in texts:
+        if not (extract.ERROR_CLAIM.search(text) or extract.FIX_WORDS.search(text)):
             continue
         for flag in check["flags"]:
-            if extract.mentions(sentence, flag):
-                return True, f"says what is wrong with {flag}: {sentence.strip()[:160]!r}"
+            if reading.plain_mention(text, flag):
+                return True, f"says what is wrong with {flag}: {text.strip()[:160]!r}"
     return False, f"neither {code} nor its flags ({', '.join(check['flags'])}) named as a problem"
 
 
 def lint_false_claims(check: dict, a: Answer) -> list[str]:
-    """Errors the answer claims that the engine does not report."""
+    """Errors the answer claims that the engine does not report. Flags it lists as fine or "not checked", and
+    rules it quotes to call them wrong, are not claims."""
     known = set(rule_table())
     reported = set(check["reported_codes"])
     claims: list[str] = []
-    units = extract.sentences(a.text) + [s.text for s in extract.segments(a.text) if s.code]
-    for unit in units:
-        if extract.NEGATED.search(unit):
-            continue
+    sentences = [u for u in reading.units(a.text) if not reading.disclaimed(u)]
+    code_units = [s.text for s in extract.segments(a.text) if s.code]
+    for unit in [u.text for u in sentences] + code_units:
         for code in extract.codes_in(unit, known):
             if code not in reported:
                 claims.append(f"claims {code}, which the engine does not report")
-    for sentence, previous in extract.error_sentences(a.text):
-        context = f"{previous} {sentence}"
+    previous, block = "", None
+    for u in sentences:
+        context = f"{previous if u.block == block else ''} {u.text}"
+        previous, block = u.text, u.block
+        if not extract.ERROR_CLAIM.search(u.text):
+            continue
         if any(extract.mentions(context, k) for k in check["error_keys"]) or extract.codes_in(
             context, reported
         ):
             continue  # about a real error (its code or flag is named here or just before), whatever else it names
-        clean = [f for f in check["clean_flags"] if extract.mentions(sentence, f)]
+        clean = [f for f in check["clean_flags"] if extract.mentions(u.text, f)]
         if clean:
-            claims.append(f"calls {clean[0]} wrong: {sentence.strip()[:140]!r}")
+            claims.append(f"calls {clean[0]} wrong: {u.text.strip()[:140]!r}")
     for invented in check.get("invented", []):
-        m = re.search(invented["pattern"], a.text, re.I | re.M)
-        if m:
-            claims.append(f"{invented['text']}: {extract.snippet(a.text, m.start(), m.end())!r}")
+        made, _ = reading.claims(invented["pattern"], a.text)
+        if made:
+            claims.append(f"{invented['text']}: {made[0]!r}")
     return list(dict.fromkeys(claims))
 
 
@@ -377,9 +390,18 @@ def grade(task: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
                 False,
                 f"not credited: {evidence}, but the answer shows none of the expected content",
             )
-        expectations.append({"text": check["text"], "passed": ok, "evidence": evidence})
+        kind = "process" if check["type"] in PROCESS_TYPES else "outcome"
+        expectations.append({"text": check["text"], "passed": ok, "evidence": evidence, "kind": kind})
     passed = sum(e["passed"] for e in expectations)
     total = len(expectations)
+    parts = {}
+    for kind in ("outcome", "process"):
+        mine = [e for e in expectations if e["kind"] == kind]
+        parts[kind] = {
+            "passed": sum(e["passed"] for e in mine),
+            "total": len(mine),
+            "pass_rate": round(sum(e["passed"] for e in mine) / len(mine), 4) if mine else None,
+        }
     out: dict[str, Any] = {
         "eval_id": task["id"],
         "expectations": expectations,
@@ -388,6 +410,7 @@ def grade(task: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
             "failed": total - passed,
             "total": total,
             "pass_rate": round(passed / total, 4) if total else 0.0,
+            **parts,
         },
         "execution_metrics": {
             "tool_calls": len(a.calls),

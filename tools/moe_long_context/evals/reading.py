@@ -297,3 +297,25 @@ def claims(pattern: str, answer: str) -> tuple[list[str], list[str]]:
                 made.append(extract.snippet(view, m.start(), m.end()))
                 break
     return made, quoted
+
+
+# --------------------------------------------------------------------------- lint claims in plain words
+
+
+def plain_mention(text: str, flag: str) -> bool:
+    """A flag or key named in plain words: --tp-comm-overlap as "TP comm overlap", model.cp_comm_type as
+    "cp comm type" (two words at least, so a single common word is never taken for a flag)."""
+    if extract.mentions(text, flag):
+        return True
+    leaf = flag.lstrip("-").rsplit(".", 1)[-1]
+    words = [w for w in re.split(r"[-_]", leaf) if w]
+    if len(words) < 2:
+        return False
+    return bool(re.search(r"(?<![\w-])" + r"[-_ ]".join(map(re.escape, words)) + r"(?![\w-])", text, re.I))
+
+
+def disclaimed(unit: Unit) -> bool:
+    """A sentence (or the list it stands in) that says what it names is fine or was not checked."""
+    return bool(
+        extract.NEGATED.search(unit.text) or NOT_CHECKED.search(unit.text) or NOT_CHECKED.search(unit.lead)
+    )
