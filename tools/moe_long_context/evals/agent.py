@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .agent_question import COUNT, DIM, KTOKENS, TOKENS, Catalog, Facts, _int, applies, parse
+from .agent_question import COUNT, DIM, HEADROOM, KTOKENS, TOKENS, Catalog, Facts, _int, applies, parse
 from .agent_writeup import SPLIT_KEYS, WRITERS, _describe, _fmt, _settings_text
 
 SKILL_ENV = "MOE_LC_EVAL_WITH_SKILL"
@@ -185,6 +185,8 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
         }
         if "gbs" in facts.fields:
             args["gbs"] = facts.fields["gbs"]
+        if m := HEADROOM.search(question):
+            args["overhead_gib"] = float(m.group(1) or m.group(2))
         r = await _run(session, report, "plan_layout", args)
         if r and r["plans"]:
             summary.append(f"Recommended layout (plan_layout #1): {r['plans'][0]['layout']}.")

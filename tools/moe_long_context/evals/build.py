@@ -233,10 +233,8 @@ def _engine_fixed(raw: dict[str, Any], results: dict[str, Any]) -> bool:
             blamed = {
                 k for f in findings if f["code"] not in spec.get("planted_today", []) for k in f["keys"]
             }
-            fixed = all(
-                any(flag == k or flag.lstrip("-").replace("-", "_") in k for k in blamed)
-                for flag in truth["flags"]
-            )
+            norm = {k.lstrip("-").replace("-", "_").split(".")[-1] for k in blamed}
+            fixed = all(any(flag in k for k in norm) for flag in truth["flags"])
         else:
             fixed = errors == sorted(truth)
         if not fixed:

@@ -20,6 +20,10 @@ CATEGORY_TITLES = {
     "memory": "Memory (numbers within 10%)",
     "planning": "Planning from scratch (every catalog model)",
     "lint": "Lint: launch scripts and override lists",
+    "runs-as-written": "Looks wrong, runs (no error to invent)",
+    "fails-as-written": "Looks right, fails (the error to find)",
+    "public-scripts": "Public launch scripts (ModelZoo, slime, Bridge recipes)",
+    "planning-headroom": "Planning with more memory headroom",
     "negative": "Negative: must not trigger the skill",
 }
 
