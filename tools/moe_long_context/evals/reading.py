@@ -155,6 +155,12 @@ def _clause(text: str, start: int) -> str:
     return text[start:]
 
 
+# what may stand in a worked formula besides numbers and operators: the sizes' names, a few functions, units
+FORMULA_WORDS = re.compile(
+    r"\b(?:TP|CP|PP|EP|ETP|DP|EDP|VPP|MBS|GBS|M|GPUs?|max|min|lcm|gcd|layers?|tokens?|x|ranks?|global|micro|"
+    r"batch(?:es)?|size|seq(?:uence)?|len(?:gth)?|experts?|heads?|world|num|count)\b|\b\w+_\w+\b|[*_`…-]|\.\.\.",
+    re.I,
+)
 FINAL = re.compile(r"=\s*[*_`]*\s*(?:about\s+|~\s*)?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?![\d.,]\d)")
 
 
@@ -172,7 +178,10 @@ def values_for(line: str, label: re.Pattern) -> list[tuple[float, int, int]]:
         formula = list(FINAL.finditer(after))
         if formula and "=" in after:
             last = formula[-1]
-            if "=" not in after[last.end() :]:
+            opening = re.search(r"=|:|\b(?:is|are)\b", after)  # the label's own words stand before it
+            start = opening.end() if opening and opening.start() <= 40 else 0
+            expression = FORMULA_WORDS.sub(" ", after[start : last.start()])
+            if "=" not in after[last.end() :] and not re.search(r"[A-Za-z]", expression):
                 found[(hit.end() + last.start(1), hit.end() + last.end())] = _value(last)
                 continue
         for n, start, end in nums:
