@@ -105,7 +105,15 @@ def test_the_committed_benchmark_is_the_runners_output_for_this_agent(with_skill
     assert m["runs_per_configuration"] == 1 and m["configurations"] == ["with_skill", "without_skill"]
     makefile = (REPO / "Makefile").read_text()
     ci_form = re.search(r"^EVALS_RUN := (.+)$", makefile, re.M).group(1)
-    assert m["command"] == "moe-lc " + " ".join(shlex.quote(a) for a in shlex.split(ci_form)[1:])
+    live = "moe-lc " + " ".join(shlex.quote(a) for a in shlex.split(ci_form)[1:])
+    assert m["command"] == live or m["command"].startswith(live + " --recorded-name ")
+    # make evals adds the calibration answers as the recorded LLM run (31 tasks, with and without the skill)
+    recorded = committed.get("recorded_runs", [])
+    assert [(r["tasks_covered"], r["configurations"]) for r in recorded] in (
+        [],
+        [(31, ["with_skill", "without_skill"])],
+    )
+    assert bool(recorded) == ("--recorded-name" in m["command"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", m["timestamp"])
     # the scores are the ones this agent and this grader give today (times aside)
     fresh = {"runs": []}
