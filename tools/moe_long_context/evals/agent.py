@@ -130,7 +130,7 @@ def _lint_arguments(facts: Facts) -> dict[str, Any]:
     text = facts.config_text or ""
     if re.search(r"(?m)(?:^|\s)--[a-z]", text):
         args: dict[str, Any] = {"megatron_args": text}
-        if "--num-layers" not in text and facts.model:
+        if not re.search(r"--num-layers(?![\w-])", text) and facts.model:
             args["model"] = facts.model
     elif re.search(r"(?m)^\s*[\w.]+=", text):
         args = {"bridge_overrides": [line.strip() for line in text.splitlines() if line.strip()]}
