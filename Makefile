@@ -37,6 +37,12 @@ BRIDGE_WHEEL := megatron-bridge==0.6.2
 # `make evals` rewrites BENCHMARK.md and evals/benchmark.json; CI runs `make evals-check`, the same command, which
 # fails when the scores differ from the committed ones. The workspace (skill-creator's layout) goes to build/evals.
 EVALS_RUN := moe-lc eval run --agent-cmd 'moe-lc eval reference-agent' --agent-name 'moe-lc eval reference-agent' --jobs 2 --out build/evals
+# The recorded LLM run: the calibration answers (31 tasks, with and without the skill) beside the clone, graded next
+# to the reference agent when the folder is there (CI and developers); without it the page shows the reference agent.
+CALIBRATION := ../shared/evals-calibration
+RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name 'LLM agent (calibration set A)' \
+	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
+	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
 .PHONY: run test check-node lint clean conformance evals evals-check
 
@@ -80,11 +86,13 @@ check-node: $(VENV)/.dev-installed
 
 evals: $(VENV)/.dev-installed
 	$(BIN)/moe-lc eval build --check
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN)
+	@$(if $(RECORDED),,echo "$(CALIBRATION) not found: BENCHMARK.md shows the reference agent only")
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN) $(RECORDED)
 
 evals-check: $(VENV)/.dev-installed
 	$(BIN)/moe-lc eval build --check
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN) --check-against evals/benchmark.json
+	@$(if $(RECORDED),,echo "$(CALIBRATION) not found: the recorded run is not checked")
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN) $(RECORDED) --check-against evals/benchmark.json
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check --fix $(PY_DIRS)

@@ -82,8 +82,11 @@ def test_passes_positive_tasks_and_declines_negative_ones(with_skill):
 def test_without_the_skill_it_is_a_tool_less_baseline():
     answers = {t["id"]: agent.answer_without_skill(t["question"]) for t in TASKS}
     positive = [t for t in TASKS if t["expected_skill"]]
-    rates = [grade(t, {"id": t["id"], "answer": answers[t["id"]]})["summary"]["pass_rate"] for t in positive]
-    assert sum(rates) / len(rates) < 0.2 and not any(r == 1.0 for r in rates)
+    summaries = [grade(t, {"id": t["id"], "answer": answers[t["id"]]})["summary"] for t in positive]
+    rates = [s["pass_rate"] for s in summaries]
+    # rules of thumb earn credit for the false claims they avoid (precision), but not a task, and no tool use
+    assert sum(rates) / len(rates) < 0.35 and not any(r == 1.0 for r in rates)
+    assert all(s["process"]["passed"] == 0 for s in summaries)
 
 
 def test_the_agent_does_not_read_the_tasks():
@@ -102,7 +105,15 @@ def test_the_committed_benchmark_is_the_runners_output_for_this_agent(with_skill
     assert m["runs_per_configuration"] == 1 and m["configurations"] == ["with_skill", "without_skill"]
     makefile = (REPO / "Makefile").read_text()
     ci_form = re.search(r"^EVALS_RUN := (.+)$", makefile, re.M).group(1)
-    assert m["command"] == "moe-lc " + " ".join(shlex.quote(a) for a in shlex.split(ci_form)[1:])
+    live = "moe-lc " + " ".join(shlex.quote(a) for a in shlex.split(ci_form)[1:])
+    assert m["command"] == live or m["command"].startswith(live + " --recorded-name ")
+    # make evals adds the calibration answers as the recorded LLM run (31 tasks, with and without the skill)
+    recorded = committed.get("recorded_runs", [])
+    assert [(r["tasks_covered"], r["configurations"]) for r in recorded] in (
+        [],
+        [(31, ["with_skill", "without_skill"])],
+    )
+    assert bool(recorded) == ("--recorded-name" in m["command"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", m["timestamp"])
     # the scores are the ones this agent and this grader give today (times aside)
     fresh = {"runs": []}

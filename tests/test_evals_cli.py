@@ -97,7 +97,13 @@ def test_run_writes_the_workspace_benchmark_and_page(tmp_path, capsys):
     bench = json.loads(results.read_text())
     assert bench == json.loads((it / "benchmark.json").read_text())
     summary = bench["run_summary"]
-    assert set(summary["with_skill"]) == {"pass_rate", "time_seconds", "tokens"}
+    assert set(summary["with_skill"]) == {
+        "pass_rate",
+        "outcome_pass_rate",
+        "process_pass_rate",
+        "time_seconds",
+        "tokens",
+    }
     assert set(summary["with_skill"]["pass_rate"]) == {"mean", "stddev", "min", "max"}
     assert summary["delta"]["pass_rate"].startswith("+") and summary["with_skill"]["tokens"]["mean"] == 100
     run_keys = {"eval_id", "configuration", "run_number", "result", "expectations", "notes"}

@@ -263,8 +263,8 @@ def test_grading_is_deterministic_and_json():
     ]
     assert first == again
     g = json.loads(first[0])
-    assert set(g["expectations"][0]) == {"text", "passed", "evidence"}
-    assert set(g["summary"]) == {"passed", "failed", "total", "pass_rate"}
+    assert set(g["expectations"][0]) == {"text", "passed", "evidence", "kind"}
+    assert set(g["summary"]) == {"passed", "failed", "total", "pass_rate", "outcome", "process"}
 
 
 def test_answer_files_are_checked(tmp_path):

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .agent_question import COUNT, DIM, KTOKENS, TOKENS, Catalog, Facts, _int, applies, parse
+from .agent_question import COUNT, DIM, HEADROOM, KTOKENS, TOKENS, Catalog, Facts, _int, applies, parse
 from .agent_writeup import SPLIT_KEYS, WRITERS, _describe, _fmt, _settings_text
 
 SKILL_ENV = "MOE_LC_EVAL_WITH_SKILL"
@@ -130,7 +130,7 @@ def _lint_arguments(facts: Facts) -> dict[str, Any]:
     text = facts.config_text or ""
     if re.search(r"(?m)(?:^|\s)--[a-z]", text):
         args: dict[str, Any] = {"megatron_args": text}
-        if "--num-layers" not in text and facts.model:
+        if not re.search(r"--num-layers(?![\w-])", text) and facts.model:
             args["model"] = facts.model
     elif re.search(r"(?m)^\s*[\w.]+=", text):
         args = {"bridge_overrides": [line.strip() for line in text.splitlines() if line.strip()]}
@@ -185,6 +185,8 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
         }
         if "gbs" in facts.fields:
             args["gbs"] = facts.fields["gbs"]
+        if m := HEADROOM.search(question):
+            args["overhead_gib"] = float(m.group(1) or m.group(2))
         r = await _run(session, report, "plan_layout", args)
         if r and r["plans"]:
             summary.append(f"Recommended layout (plan_layout #1): {r['plans'][0]['layout']}.")

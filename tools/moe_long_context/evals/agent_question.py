@@ -31,6 +31,12 @@ KTOKENS = re.compile(r"(?<![\w.])(\d{1,4})K\b")
 DIM = re.compile(r"(?<![\w-])(TP|CP|PP|VPP|EP|ETP)\s*=\s*(\d+)")
 GBS = re.compile(r"global[- ]batch(?:[- ]size)?\s*(?:of\s*)?(\d+)|\bGBS\s*=?\s*(\d+)", re.I)
 MBS = re.compile(r"micro[- ]batch(?:[- ]size)?\s*(?:of\s*)?(\d+)|\bMBS\s*=?\s*(\d+)", re.I)
+# headroom a user asks to keep per GPU beyond the tensors (plan_layout's overhead_gib)
+HEADROOM = re.compile(
+    r"(\d+(?:\.\d+)?)\s*GiB\s+(?:of\s+)?(?:headroom|overhead|reserve|spare)|"
+    r"(?:headroom|overhead|reserve)\s+of\s+(\d+(?:\.\d+)?)\s*GiB",
+    re.I,
+)
 HIERARCHY = re.compile(r"\[(\d+),\s*(\d+)\]")
 LABEL_SEP = re.compile(r"[\s,`()\[\]'\"]+|\band\b")
 FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.S)

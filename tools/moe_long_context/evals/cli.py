@@ -63,6 +63,7 @@ def add_commands(sub) -> None:
         help="Compare the scores with a committed benchmark.json and exit 1 if they differ; BENCHMARK.md and the "
         "copy then go to the iteration folder unless given.",
     )
+    _recorded_arguments(r)
     r.set_defaults(handler=_run)
 
     a = ev.add_parser(
@@ -86,7 +87,33 @@ def add_commands(sub) -> None:
     rep.add_argument("benchmark", type=Path, help="benchmark.json")
     rep.add_argument("--out", type=Path, help="Markdown file to write (default: print).")
     rep.add_argument("--check", action="store_true", help="Exit 1 when --out differs from the rendering.")
+    rep.add_argument(
+        "--benchmark-out",
+        type=Path,
+        help="With a recorded run: write the benchmark.json that includes it here.",
+    )
+    _recorded_arguments(rep)
     rep.set_defaults(handler=_report)
+
+
+def _recorded_arguments(parser) -> None:
+    g = parser.add_argument_group(
+        "recorded run", "Grade an agent's recorded answers (JSONL) and show them next to the live run."
+    )
+    g.add_argument("--recorded-with", type=Path, metavar="JSONL", help="Answers given with the skill.")
+    g.add_argument("--recorded-without", type=Path, metavar="JSONL", help="Answers given without it.")
+    g.add_argument("--recorded-name", help="The agent that gave them (shown in BENCHMARK.md).")
+    g.add_argument("--recorded-date", help="When they were recorded (YYYY-MM-DD).")
+
+
+def _add_recorded(ns, benchmark: dict, evals: Path | None) -> None:
+    from .recorded import grade_recorded, spec_from_args
+    from .tasks import load_tasks
+
+    spec = spec_from_args(ns.recorded_name, ns.recorded_date, ns.recorded_with, ns.recorded_without)
+    if spec is not None:
+        runs = [r for r in benchmark.get("recorded_runs", []) if r["name"] != spec.name]
+        benchmark["recorded_runs"] = [*runs, grade_recorded(spec, load_tasks(evals))]
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -177,6 +204,8 @@ def _run(ns) -> int:
     )
     expected = _read_json(ns.check_against, "--check-against") if ns.check_against else None
     benchmark, iteration = run_benchmark(opts)
+    _add_recorded(ns, benchmark, ns.evals)
+    (iteration / "benchmark.json").write_text(json.dumps(benchmark, indent=2) + "\n")
     text = json.dumps(benchmark, indent=2) + "\n"
     results = ns.results or (iteration / "benchmark.copy.json" if expected else BENCHMARK_JSON)
     md = ns.benchmark_md or (iteration / "BENCHMARK.md" if expected else BENCHMARK_MD)
@@ -186,11 +215,15 @@ def _run(ns) -> int:
     for c in configurations:
         print(f"{c}: mean pass rate {s[c]['pass_rate']['mean']:.2f}")
     if "delta" in s:
-        print(f"delta: {s['delta']['pass_rate']}")
+        print(f"delta: {s['delta']['pass_rate']} (outcome {s['delta']['outcome_pass_rate']})")
+    for rec in benchmark.get("recorded_runs", []):
+        print(f"recorded run {rec['name']!r} ({rec['date']}): {rec['tasks_covered']} tasks graded")
     print("\n".join(benchmark["notes"]))
     print(f"workspace {iteration}; wrote {results} and {md}")
     if expected is not None:
-        diff = differences(expected, benchmark)
+        from .recorded import recorded_differences
+
+        diff = differences(expected, benchmark) + recorded_differences(expected, benchmark)
         if diff:
             print(f"scores differ from {ns.check_against} (run `make evals` and commit):", file=sys.stderr)
             for line in diff[:40]:
@@ -226,7 +259,11 @@ def _build(ns) -> int:
 def _report(ns) -> int:
     from .report import render_benchmark
 
-    text = render_benchmark(_read_json(ns.benchmark, "benchmark"))
+    benchmark = _read_json(ns.benchmark, "benchmark")
+    _add_recorded(ns, benchmark, None)
+    if ns.benchmark_out:
+        ns.benchmark_out.write_text(json.dumps(benchmark, indent=2) + "\n")
+    text = render_benchmark(benchmark)
     if ns.check:
         if ns.out is None or not ns.out.exists() or ns.out.read_text() != text:
             print(f"{ns.out} is not the rendering of {ns.benchmark}", file=sys.stderr)

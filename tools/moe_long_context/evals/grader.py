@@ -14,6 +14,10 @@ optional). Each of the task's checks becomes one expectation ``{text, passed, ev
   the engine did not report, flags it found nothing wrong with called wrong, and the task's known inventions.
 - ``skill_not_used``: for negative tasks, the skill was not used (no call to its tools either).
 
+Each expectation is either *outcome* (what the answer says: every content check) or *process* (how it got
+there: the tool-use checks); grading.json's summary gives both apart, so an agent without tools is judged on
+its content as well as failed on its process.
+
 Precision checks (forbidden, tool_not_called, lint_precision, skill_not_used) are credited only when a recall
 check passed: an answer that says nothing makes no false claim, but earns nothing for it. Same record, same
 grade: nothing here depends on time, order of dictionaries or the machine.
@@ -21,6 +25,7 @@ grade: nothing here depends on time, order of dictionaries or the machine.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable
@@ -33,11 +38,15 @@ from ..faces.registry import TOOLS, TOOLS_BY_NAME
 from ..model.catalog import load_gpu, load_model
 from ..tools.plan_search import default_dispatcher, default_precision
 from ..tools.size_cp import comm_type_for
-from . import extract
-from .tasks import PRECISION_TYPES, RECALL_TYPES
+from . import extract, reading
+from .tasks import PRECISION_TYPES, PROCESS_TYPES, RECALL_TYPES
 
 ENGINE_TOOLS = frozenset(tool.name for tool in TOOLS)
-GRADER_VERSION = "1"
+GRADER_VERSION = "2"
+# An answer of at least this many words of prose that restates a number of the question is an attempt at it: its
+# precision checks (no false claim) are credited even when none of the expected content is found. Any other answer
+# must show some expected content first (a generic or empty answer makes no false claim but earns nothing for it).
+ATTEMPT_WORDS = 40
 
 
 def tool_name(name: str) -> str:
@@ -48,8 +57,14 @@ def tool_name(name: str) -> str:
 class Answer:
     """One recorded answer, with what the checks need computed once."""
 
-    def __init__(self, record: dict[str, Any]):
+    def __init__(self, record: dict[str, Any], question: str = ""):
         self.text: str = record.get("answer") or ""
+        self.question = question
+        self.code_lines = [line for s in extract.segments(self.text) if s.code for line in s.lines()]
+        asked = {n for n, _, _ in extract.numbers(question) if n >= 10}
+        said = {n for n, _, _ in extract.numbers(self.text)}
+        # an attempt: enough prose, and about the user's case (it restates a number of the question)
+        self.attempt = len(extract.prose(self.text).split()) >= ATTEMPT_WORDS and bool(asked & said)
         self.calls = [
             (tool_name(str(c.get("name", ""))), c.get("arguments") or {})
             for c in record.get("tool_calls") or []
@@ -62,32 +77,64 @@ class Answer:
 # --------------------------------------------------------------------------- checks
 
 
+ROLE_CHECK = re.compile(r"^(?:Recommends|Proposes|Picks|Chooses)\b")
+
+
 def _required(check: dict, a: Answer) -> tuple[bool, str]:
-    m = re.search(check["pattern"], a.text, re.I | re.M)
-    if m:
-        return True, f"found: {extract.snippet(a.text, m.start(), m.end())!r}"
+    rx = re.compile(check["pattern"], re.I | re.M)
+    if ROLE_CHECK.match(check["text"]):
+        # a recommendation counts where the answer recommends, not where it lists options or a fallback
+        for u in reading.units(a.text):
+            m = rx.search(u.read)
+            if (
+                m
+                and not u.alternative()
+                and (reading.RECOMMEND.search(u.read) or not reading.OPTIONS.search(u.text))
+            ):
+                return True, f"recommends: {extract.snippet(u.read, m.start(), m.end())!r}"
+        for line in a.code_lines:
+            if m := rx.search(line):
+                return True, f"found in a command: {extract.snippet(line, m.start(), m.end())!r}"
+        if rx.search(a.text):
+            return (
+                False,
+                f"/{check['pattern']}/ matches only where the answer offers an alternative or a fallback",
+            )
+        return False, f"no match for /{check['pattern']}/"
+    for view in [a.text, *reading.contexts(a.text), *reading.rank_lists(a.text)]:
+        if m := rx.search(view):
+            return True, f"found: {extract.snippet(view, m.start(), m.end())!r}"
     return False, f"no match for /{check['pattern']}/"
 
 
 def _forbidden(check: dict, a: Answer) -> tuple[bool, str]:
-    m = re.search(check["pattern"], a.text, re.I | re.M)
-    if m:
-        return False, f"the answer says {extract.snippet(a.text, m.start(), m.end())!r}"
+    made, quoted = reading.claims(check["pattern"], a.text)
+    if made:
+        return False, f"the answer says {made[0]!r}"
+    if quoted:
+        return True, f"quotes it only to call it wrong: {quoted[0]!r}"
     return True, "no such claim"
 
 
 def _number(check: dict, a: Answer) -> tuple[bool, str]:
-    found, others = extract.find_number(
-        a.text, check["value"], check.get("abs_tol", 0), check.get("rel_tol", 0), check.get("context")
-    )
-    tol = f" (within {check['rel_tol']:.0%})" if check.get("rel_tol") else ""
-    if found:
-        return True, f"states {check['value']}{tol}: {found!r}"
-    if others:
-        return False, f"expected {check['value']}{tol}; the answer states " + "; ".join(
-            repr(o) for o in others[:3]
+    tol = max(check.get("abs_tol", 0), check.get("rel_tol", 0) * abs(check["value"]))
+    stated = reading.stated_values(a.text, check.get("context"))
+    shown = f" (within {check['rel_tol']:.0%})" if check.get("rel_tol") else ""
+    for s in stated:
+        if not s.alternative and abs(s.value - check["value"]) <= tol + 1e-9:
+            return True, f"states {check['value']}{shown}: {s.where!r}"
+    given = [s for s in stated if not s.alternative]
+    alternatives = [s for s in stated if s.alternative and abs(s.value - check["value"]) <= tol + 1e-9]
+    if alternatives:
+        return False, (
+            f"expected {check['value']}{shown}; the answer gives it only as an alternative or a value it rejects: "
+            f"{alternatives[0].where!r}"
         )
-    return False, f"expected {check['value']}{tol}; no labelled value in the answer"
+    if given:
+        return False, f"expected {check['value']}{shown}; the answer states " + "; ".join(
+            repr(s.where) for s in given[:3]
+        )
+    return False, f"expected {check['value']}{shown}; no labelled value in the answer"
 
 
 def _tools(spec: str | list[str]) -> frozenset[str]:
@@ -227,6 +274,9 @@ def _layout_verdict(
 
 def _layouts(check: dict, a: Answer) -> tuple[bool, str]:
     mentions = extract.layout_mentions(a.text)
+    own = bool(mentions)
+    if not own:  # an answer that applies a split (or a batch) to the user's layout is judged on that layout
+        mentions = extract.layout_mentions(a.question)
     splits = extract.pipeline_splits(a.text)
     batch = extract.batch_sizes(a.text)
     # the split and batch written next to a layout come first, then any the answer states elsewhere
@@ -247,7 +297,8 @@ def _layouts(check: dict, a: Answer) -> tuple[bool, str]:
     if not verdicts:
         return False, "no layout stated (TP, CP, PP and EP together)"
     shown = (bad + good)[:4]
-    summary = f"{len(good)} of {len(verdicts)} layouts pass: " + "; ".join(shown)
+    whose = "" if own else "the question's layout with the answer's split and batch: "
+    summary = whose + f"{len(good)} of {len(verdicts)} layouts pass: " + "; ".join(shown)
     return passed, summary
 
 
@@ -258,42 +309,50 @@ def _lint_error(check: dict, a: Answer) -> tuple[bool, str]:
     code = check["code"]
     if re.search(rf"\b{re.escape(code)}\b", a.text):
         return True, f"names {code}"
-    for sentence in extract.sentences(a.text):
-        if extract.NEGATED.search(sentence):
-            continue
-        if not (extract.ERROR_CLAIM.search(sentence) or extract.FIX_WORDS.search(sentence)):
+    # the flag (or its name in plain words) and the fault, in one sentence read with its lead or the line
+    # before it (a flag on one line, what is wrong with it on the next)
+    views = [u for u in reading.units(a.text) if not reading.disclaimed(u)]
+    texts = [u.read for u in views] + [
+        f"{x.text} {y.text}" for x, y in itertools.pairwise(views) if x.block != y.block
+    ]
+    for text in texts:
+        if not (extract.ERROR_CLAIM.search(text) or extract.FIX_WORDS.search(text)):
             continue
         for flag in check["flags"]:
-            if extract.mentions(sentence, flag):
-                return True, f"says what is wrong with {flag}: {sentence.strip()[:160]!r}"
+            if reading.plain_mention(text, flag):
+                return True, f"says what is wrong with {flag}: {text.strip()[:160]!r}"
     return False, f"neither {code} nor its flags ({', '.join(check['flags'])}) named as a problem"
 
 
 def lint_false_claims(check: dict, a: Answer) -> list[str]:
-    """Errors the answer claims that the engine does not report."""
+    """Errors the answer claims that the engine does not report. Flags it lists as fine or "not checked", and
+    rules it quotes to call them wrong, are not claims."""
     known = set(rule_table())
     reported = set(check["reported_codes"])
     claims: list[str] = []
-    units = extract.sentences(a.text) + [s.text for s in extract.segments(a.text) if s.code]
-    for unit in units:
-        if extract.NEGATED.search(unit):
-            continue
+    sentences = [u for u in reading.units(a.text) if not reading.disclaimed(u)]
+    code_units = [s.text for s in extract.segments(a.text) if s.code]
+    for unit in [u.text for u in sentences] + code_units:
         for code in extract.codes_in(unit, known):
             if code not in reported:
                 claims.append(f"claims {code}, which the engine does not report")
-    for sentence, previous in extract.error_sentences(a.text):
-        context = f"{previous} {sentence}"
+    previous, block = "", None
+    for u in sentences:
+        context = f"{previous if u.block == block else ''} {u.text}"
+        previous, block = u.text, u.block
+        if not extract.ERROR_CLAIM.search(u.text):
+            continue
         if any(extract.mentions(context, k) for k in check["error_keys"]) or extract.codes_in(
             context, reported
         ):
             continue  # about a real error (its code or flag is named here or just before), whatever else it names
-        clean = [f for f in check["clean_flags"] if extract.mentions(sentence, f)]
+        clean = [f for f in check["clean_flags"] if extract.mentions(u.text, f)]
         if clean:
-            claims.append(f"calls {clean[0]} wrong: {sentence.strip()[:140]!r}")
+            claims.append(f"calls {clean[0]} wrong: {u.text.strip()[:140]!r}")
     for invented in check.get("invented", []):
-        m = re.search(invented["pattern"], a.text, re.I | re.M)
-        if m:
-            claims.append(f"{invented['text']}: {extract.snippet(a.text, m.start(), m.end())!r}")
+        made, _ = reading.claims(invented["pattern"], a.text)
+        if made:
+            claims.append(f"{invented['text']}: {made[0]!r}")
     return list(dict.fromkeys(claims))
 
 
@@ -322,9 +381,9 @@ CHECKS = {
 
 def grade(task: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     """grading.json for one answer: expectations in the task's check order, a summary, lint counts."""
-    a = Answer(record)
+    a = Answer(record, task.get("question", ""))
     raw = [(check, *CHECKS[check["type"]](check, a)) for check in task["checks"]]
-    recalled = any(ok for check, ok, _ in raw if check["type"] in RECALL_TYPES)
+    recalled = any(ok for check, ok, _ in raw if check["type"] in RECALL_TYPES) or a.attempt
     expectations = []
     for check, ok, evidence in raw:
         if ok and check["type"] in PRECISION_TYPES and not recalled:
@@ -332,9 +391,18 @@ def grade(task: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
                 False,
                 f"not credited: {evidence}, but the answer shows none of the expected content",
             )
-        expectations.append({"text": check["text"], "passed": ok, "evidence": evidence})
+        kind = "process" if check["type"] in PROCESS_TYPES else "outcome"
+        expectations.append({"text": check["text"], "passed": ok, "evidence": evidence, "kind": kind})
     passed = sum(e["passed"] for e in expectations)
     total = len(expectations)
+    parts = {}
+    for kind in ("outcome", "process"):
+        mine = [e for e in expectations if e["kind"] == kind]
+        parts[kind] = {
+            "passed": sum(e["passed"] for e in mine),
+            "total": len(mine),
+            "pass_rate": round(sum(e["passed"] for e in mine) / len(mine), 4) if mine else None,
+        }
     out: dict[str, Any] = {
         "eval_id": task["id"],
         "expectations": expectations,
@@ -343,6 +411,7 @@ def grade(task: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
             "failed": total - passed,
             "total": total,
             "pass_rate": round(passed / total, 4) if total else 0.0,
+            **parts,
         },
         "execution_metrics": {
             "tool_calls": len(a.calls),

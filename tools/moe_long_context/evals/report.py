@@ -20,6 +20,10 @@ CATEGORY_TITLES = {
     "memory": "Memory (numbers within 10%)",
     "planning": "Planning from scratch (every catalog model)",
     "lint": "Lint: launch scripts and override lists",
+    "runs-as-written": "Looks wrong, runs (no error to invent)",
+    "fails-as-written": "Looks right, fails (the error to find)",
+    "public-scripts": "Public launch scripts (ModelZoo, slime, Bridge recipes)",
+    "planning-headroom": "Planning with more memory headroom",
     "negative": "Negative: must not trigger the skill",
 }
 
@@ -32,11 +36,118 @@ def _delta(a: float, b: float) -> str:
     return f"{100 * (a - b):+.0f} pts"
 
 
+def _pct_or_dash(x: float | None) -> str:
+    return "-" if x is None else _pct(x)
+
+
+def _results(summary: dict[str, Any], br: dict[str, Any], configs: list[str]) -> list[str]:
+    """The headline (outcome: what the answers say), process (tool use) apart, and the table by category."""
+    both = "with_skill" in configs and "without_skill" in configs
+    lines = []
+    if both:
+        w, wo = summary["with_skill"], summary["without_skill"]
+        lines += [
+            "**Outcome** (what the answer says: every content expectation; the headline): with the skill "
+            f"{_pct(w['outcome_pass_rate']['mean'])}, without {_pct(wo['outcome_pass_rate']['mean'])}, uplift "
+            f"{_delta(w['outcome_pass_rate']['mean'], wo['outcome_pass_rate']['mean'])}.",
+            "",
+            "**Process** (tool use: the expected tools called, the skill left alone on negative tasks): with the "
+            f"skill {_pct(w['process_pass_rate']['mean'])}, without {_pct(wo['process_pass_rate']['mean'])}. An "
+            "agent without the tools fails these by construction, so they are reported apart.",
+            "",
+            "All expectations together (skill-creator's pass_rate): "
+            f"with the skill {_pct(w['pass_rate']['mean'])}, without {_pct(wo['pass_rate']['mean'])}, "
+            f"delta {summary['delta']['pass_rate']}.",
+            "",
+            "| Category | Tasks | Outcome with skill | Outcome without | Outcome delta | Process (with / without) "
+            "| Tasks passed (with / without) |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+    else:
+        c = configs[0]
+        x = summary[c]
+        lines += [
+            f"**Outcome** (content expectations): {_pct(x['outcome_pass_rate']['mean'])}; **process** (tool use): "
+            f"{_pct(x['process_pass_rate']['mean'])}; all expectations: {_pct(x['pass_rate']['mean'])}.",
+            "",
+            f"| Category | Tasks | Outcome ({c}) | Process ({c}) | Tasks passed |",
+            "|---|---:|---:|---:|---:|",
+        ]
+    order = [c for c in CATEGORY_TITLES if c in br["categories"]] + sorted(
+        c for c in br["categories"] if c not in CATEGORY_TITLES
+    )
+    for name in order:
+        row = br["categories"][name]
+        title = CATEGORY_TITLES.get(name, name)
+        if both:
+            w, wo = row["with_skill"], row["without_skill"]
+            lines.append(
+                f"| {title} | {row['tasks']} | {_pct(w['outcome_pass_rate'])} | {_pct(wo['outcome_pass_rate'])} | "
+                f"{_delta(w['outcome_pass_rate'], wo['outcome_pass_rate'])} | "
+                f"{_pct_or_dash(w['process_pass_rate'])} / {_pct_or_dash(wo['process_pass_rate'])} | "
+                f"{w['runs_passed']} / {wo['runs_passed']} of {w['runs']} |"
+            )
+        else:
+            x = row[configs[0]]
+            lines.append(
+                f"| {title} | {row['tasks']} | {_pct(x['outcome_pass_rate'])} | "
+                f"{_pct_or_dash(x['process_pass_rate'])} | {x['runs_passed']} of {x['runs']} |"
+            )
+    return lines
+
+
+def _recorded(rec: dict[str, Any]) -> list[str]:
+    """A recorded run of another agent, graded by the same grader, next to the live one."""
+    files = ", ".join(f"`{p}` ({c})" for c, p in rec["files"].items())
+    lines = [
+        "",
+        f"## Recorded run: {rec['name']} ({rec['date']})",
+        "",
+        f"Answers recorded from {rec['name']} on {rec['date']} ({files}), graded by the same grader. It covers "
+        f"{rec['tasks_covered']} tasks of the {rec['tasks_in_evals']} in the evals file; the scores below are over "
+        "those tasks only.",
+        "",
+    ]
+    s = rec["run_summary"]
+    if "delta" in s:
+        w, wo = s["with_skill"], s["without_skill"]
+        lines += [
+            f"Outcome: with the skill {_pct(w['outcome_pass_rate']['mean'])}, without "
+            f"{_pct(wo['outcome_pass_rate']['mean'])}, uplift "
+            f"{_delta(w['outcome_pass_rate']['mean'], wo['outcome_pass_rate']['mean'])}.",
+            "",
+        ]
+    lines += [
+        "| Configuration | Tasks | Outcome pass rate | Process pass rate | All expectations | Outcome checks all pass "
+        "| All checks pass |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in rec["configurations"]:
+        runs = [r for r in rec["runs"] if r["configuration"] == c]
+        x = s[c]
+        lines.append(
+            f"| {c} | {len(runs)} | {_pct(x['outcome_pass_rate']['mean'])} | {_pct(x['process_pass_rate']['mean'])} "
+            f"| {_pct(x['pass_rate']['mean'])} | {sum(r['outcome_passed'] for r in runs)} of {len(runs)} | "
+            f"{sum(r['task_passed'] for r in runs)} of {len(runs)} |"
+        )
+    br = rec["breakdown"]["categories"]
+    lines += [
+        "",
+        "| Category | Tasks | " + " | ".join(f"Outcome ({c})" for c in rec["configurations"]) + " |",
+    ]
+    lines += ["|---|---:|" + "---:|" * len(rec["configurations"])]
+    order = [c for c in CATEGORY_TITLES if c in br] + sorted(c for c in br if c not in CATEGORY_TITLES)
+    for name in order:
+        row = br[name]
+        cells = " | ".join(_pct(row[c]["outcome_pass_rate"]) for c in rec["configurations"])
+        lines.append(f"| {CATEGORY_TITLES.get(name, name)} | {row['tasks']} | {cells} |")
+    return lines
+
+
 def render_benchmark(b: dict[str, Any]) -> str:
     m = b["metadata"]
     br = b["breakdown"]
     configs = m["configurations"]
-    both = "with_skill" in configs and "without_skill" in configs
     tasks = len(m["evals_run"])
     pos = br["positive"].get("with_skill") or next(iter(br["positive"].values()), {"tasks": 0})
     neg = br["negative"].get("with_skill") or next(iter(br["negative"].values()), {"tasks": 0})
@@ -67,49 +178,23 @@ def render_benchmark(b: dict[str, Any]) -> str:
             "credits such answers; they do not measure an LLM agent. Score one with `moe-lc eval run --agent-cmd`.",
         ]
     lines += ["", "## Results", ""]
-    if both:
-        w, wo = b["run_summary"]["with_skill"], b["run_summary"]["without_skill"]
-        lines += [
-            "Mean expectation pass rate over all tasks (skill-creator's pass_rate): "
-            f"with the skill {_pct(w['pass_rate']['mean'])}, without {_pct(wo['pass_rate']['mean'])}, "
-            f"delta {b['run_summary']['delta']['pass_rate']}.",
-            "",
-            "| Category | Tasks | With skill | Without skill | Delta | Tasks passed (with / without) |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-    else:
-        c = configs[0]
-        lines += [f"| Category | Tasks | {c} | Tasks passed |", "|---|---:|---:|---:|"]
-    order = [c for c in CATEGORY_TITLES if c in br["categories"]] + sorted(
-        c for c in br["categories"] if c not in CATEGORY_TITLES
-    )
-    for name in order:
-        row = br["categories"][name]
-        title = CATEGORY_TITLES.get(name, name)
-        if both:
-            w, wo = row["with_skill"], row["without_skill"]
-            lines.append(
-                f"| {title} | {row['tasks']} | {_pct(w['pass_rate'])} | {_pct(wo['pass_rate'])} | "
-                f"{_delta(w['pass_rate'], wo['pass_rate'])} | {w['runs_passed']} / {wo['runs_passed']} of {w['runs']} |"
-            )
-        else:
-            x = row[configs[0]]
-            lines.append(
-                f"| {title} | {row['tasks']} | {_pct(x['pass_rate'])} | {x['runs_passed']} of {x['runs']} |"
-            )
+    lines += _results(b["run_summary"], br, configs)
     lines += ["", "## Positive and negative tasks", ""]
     lines += [
-        "| Configuration | Positive: all checks pass | Positive: mean pass rate | Negative: skill not used |"
+        "| Configuration | Positive: all checks pass | Positive: outcome checks pass | Positive: outcome pass rate "
+        "| Positive: mean pass rate | Negative: skill not used |"
     ]
-    lines += ["|---|---:|---:|---:|"]
+    lines += ["|---|---:|---:|---:|---:|---:|"]
     for c in configs:
         p, n = br["positive"].get(c), br["negative"].get(c)
         lines.append(
-            f"| {c} | {p['tasks_passed']} of {p['runs']} | {_pct(p['pass_rate'])} | "
-            f"{n['declined']} of {n['runs']} |"
+            f"| {c} | {p['tasks_passed']} of {p['runs']} | {p['outcome_tasks_passed']} of {p['runs']} | "
+            f"{_pct(p['outcome_pass_rate'])} | {_pct(p['pass_rate'])} | {n['declined']} of {n['runs']} |"
             if p and n
-            else f"| {c} | - | - | - |"
+            else f"| {c} | - | - | - | - | - |"
         )
+    for rec in b.get("recorded_runs", []):
+        lines += _recorded(rec)
     if br["lint"]:
         lines += [
             "",

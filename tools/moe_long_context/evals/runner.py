@@ -12,7 +12,8 @@ Output is skill-creator's workspace layout::
     <out>/iteration-N/eval-<id>/{with_skill,without_skill}/run-K/{outputs/, grading.json, timing.json}
     <out>/iteration-N/benchmark.json
 
-benchmark.json has skill-creator's ``metadata``, ``runs``, ``run_summary`` (pass_rate, time_seconds, tokens as
+benchmark.json has skill-creator's ``metadata``, ``runs``, ``run_summary`` (pass_rate, and apart from it the
+outcome (content) and process (tool use) pass rates, time_seconds, tokens as
 mean/stddev/min/max per configuration, ``delta`` as signed strings) and ``notes``, plus ``breakdown``: per
 category, positive and negative tasks, and lint recall and precision, from which BENCHMARK.md is written.
 """
@@ -208,56 +209,77 @@ def run_benchmark(opts: RunOptions) -> tuple[dict[str, Any], Path]:
     return benchmark, iteration
 
 
-def aggregate(tasks: list[dict], results: list[tuple], opts: RunOptions) -> dict[str, Any]:
-    runs = []
-    for task, configuration, k, grading, run in results:
-        s = grading["summary"]
-        errors = 0 if run.returncode == 0 else 1
-        notes = []
-        if run.returncode is None:
-            notes.append(run.stderr.strip())
-        elif run.returncode:
-            notes.append(f"agent exited with {run.returncode}")
-        entry = {
-            "eval_id": task["id"],
-            "eval_name": task["id"],
-            "category": task["category"],
-            "positive": is_positive(task),
-            "configuration": configuration,
-            "run_number": k,
-            "result": {
-                "pass_rate": s["pass_rate"],
-                "passed": s["passed"],
-                "failed": s["failed"],
-                "total": s["total"],
-                "time_seconds": round(run.seconds, 3),
-                "tokens": grading["timing"]["total_tokens"],
-                "tool_calls": grading["execution_metrics"]["tool_calls"],
-                "errors": errors,
-            },
-            "task_passed": task_passed(grading),
-            "used_skill": grading["execution_metrics"]["used_skill"],
-            "expectations": grading["expectations"],
-            "notes": notes,
-        }
-        if "lint" in grading:
-            entry["lint"] = grading["lint"]
-        runs.append(entry)
+def run_entry(task: dict, configuration: str, k: int, grading: dict, seconds: float = 0.0) -> dict[str, Any]:
+    """One run of benchmark.json's ``runs``: its grade, outcome and process apart."""
+    s = grading["summary"]
+    entry = {
+        "eval_id": task["id"],
+        "eval_name": task["id"],
+        "category": task["category"],
+        "positive": is_positive(task),
+        "configuration": configuration,
+        "run_number": k,
+        "result": {
+            "pass_rate": s["pass_rate"],
+            "outcome_pass_rate": s["outcome"]["pass_rate"],
+            "process_pass_rate": s["process"]["pass_rate"],
+            "passed": s["passed"],
+            "failed": s["failed"],
+            "total": s["total"],
+            "time_seconds": round(seconds, 3),
+            "tokens": grading.get("timing", {}).get("total_tokens", 0),
+            "tool_calls": grading["execution_metrics"]["tool_calls"],
+            "errors": 0,
+        },
+        "task_passed": task_passed(grading),
+        "outcome_passed": s["outcome"]["passed"] == s["outcome"]["total"],
+        "used_skill": grading["execution_metrics"]["used_skill"],
+        "expectations": grading["expectations"],
+        "notes": [],
+    }
+    if "lint" in grading:
+        entry["lint"] = grading["lint"]
+    return entry
+
+
+def _mean(runs: list[dict], key: str) -> float | None:
+    values = [r["result"][key] for r in runs if r["result"][key] is not None]
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def summarize(runs: list[dict], configurations) -> dict[str, Any]:
+    """run_summary: pass rate (all, outcome, process), time and tokens per configuration, and the deltas."""
     summary: dict[str, Any] = {}
-    for configuration in opts.configurations:
+    for configuration in configurations:
         mine = [r for r in runs if r["configuration"] == configuration]
         summary[configuration] = {
-            "pass_rate": _stats([r["result"]["pass_rate"] for r in mine]),
-            "time_seconds": _stats([r["result"]["time_seconds"] for r in mine]),
-            "tokens": _stats([float(r["result"]["tokens"]) for r in mine]),
+            key: _stats([r["result"][key] for r in mine if r["result"][key] is not None])
+            for key in ("pass_rate", "outcome_pass_rate", "process_pass_rate")
         }
+        summary[configuration]["time_seconds"] = _stats([r["result"]["time_seconds"] for r in mine])
+        summary[configuration]["tokens"] = _stats([float(r["result"]["tokens"]) for r in mine])
     if all(c in summary for c in CONFIGURATIONS):
         w, wo = summary["with_skill"], summary["without_skill"]
         summary["delta"] = {
-            "pass_rate": f"{w['pass_rate']['mean'] - wo['pass_rate']['mean']:+.2f}",
-            "time_seconds": f"{w['time_seconds']['mean'] - wo['time_seconds']['mean']:+.1f}",
-            "tokens": f"{w['tokens']['mean'] - wo['tokens']['mean']:+.0f}",
+            key: f"{w[key]['mean'] - wo[key]['mean']:+.2f}"
+            for key in ("pass_rate", "outcome_pass_rate", "process_pass_rate")
         }
+        summary["delta"]["time_seconds"] = f"{w['time_seconds']['mean'] - wo['time_seconds']['mean']:+.1f}"
+        summary["delta"]["tokens"] = f"{w['tokens']['mean'] - wo['tokens']['mean']:+.0f}"
+    return summary
+
+
+def aggregate(tasks: list[dict], results: list[tuple], opts: RunOptions) -> dict[str, Any]:
+    runs = []
+    for task, configuration, k, grading, run in results:
+        entry = run_entry(task, configuration, k, grading, run.seconds)
+        entry["result"]["errors"] = 0 if run.returncode == 0 else 1
+        if run.returncode is None:
+            entry["notes"].append(run.stderr.strip())
+        elif run.returncode:
+            entry["notes"].append(f"agent exited with {run.returncode}")
+        runs.append(entry)
+    summary = summarize(runs, opts.configurations)
     agent_name = opts.agent_name or opts.agent_cmd
     breakdown = breakdown_of(runs, opts.configurations)
     notes = []
@@ -320,8 +342,11 @@ def breakdown_of(runs: list[dict[str, Any]], configurations) -> dict[str, Any]:
             mine = [r for r in runs if r["category"] == name and r["configuration"] == c]
             if mine:
                 row[c] = {
-                    "pass_rate": round(statistics.fmean(r["result"]["pass_rate"] for r in mine), 4),
+                    "pass_rate": _mean(mine, "pass_rate"),
+                    "outcome_pass_rate": _mean(mine, "outcome_pass_rate"),
+                    "process_pass_rate": _mean(mine, "process_pass_rate"),
                     "runs_passed": sum(r["task_passed"] for r in mine),
+                    "outcome_runs_passed": sum(r["outcome_passed"] for r in mine),
                     "runs": len(mine),
                 }
         out["categories"][name] = row
@@ -333,14 +358,18 @@ def breakdown_of(runs: list[dict[str, Any]], configurations) -> dict[str, Any]:
                 "tasks": len({r["eval_id"] for r in pos}),
                 "runs": len(pos),
                 "tasks_passed": sum(r["task_passed"] for r in pos),
-                "pass_rate": round(statistics.fmean(r["result"]["pass_rate"] for r in pos), 4),
+                "outcome_tasks_passed": sum(r["outcome_passed"] for r in pos),
+                "pass_rate": _mean(pos, "pass_rate"),
+                "outcome_pass_rate": _mean(pos, "outcome_pass_rate"),
+                "process_pass_rate": _mean(pos, "process_pass_rate"),
             }
         if neg:
             out["negative"][c] = {
                 "tasks": len({r["eval_id"] for r in neg}),
                 "runs": len(neg),
                 "declined": sum(not r["used_skill"] for r in neg),
-                "pass_rate": round(statistics.fmean(r["result"]["pass_rate"] for r in neg), 4),
+                "pass_rate": _mean(neg, "pass_rate"),
+                "outcome_pass_rate": _mean(neg, "outcome_pass_rate"),
             }
         lint = [r["lint"] for r in runs if r["configuration"] == c and "lint" in r]
         if lint:

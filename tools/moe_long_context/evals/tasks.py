@@ -26,6 +26,8 @@ BENCHMARK_MD = REPO / "BENCHMARK.md"
 # evidence: an empty answer makes no false claim, but it has not earned the point either.
 RECALL_TYPES = ("required", "number", "layouts", "tool_called", "lint_error")
 PRECISION_TYPES = ("forbidden", "tool_not_called", "lint_precision", "skill_not_used")
+# Tool-use checks (process); every other check is about what the answer says (outcome).
+PROCESS_TYPES = ("tool_called", "tool_not_called", "skill_not_used")
 
 
 # Messages for schema rules whose own message would quote a whole task.
