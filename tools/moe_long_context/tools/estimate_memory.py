@@ -13,23 +13,13 @@ from pydantic import BaseModel, Field
 from ..engine.config import TrainingConfig
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, has_errors, sort_findings
-from ..engine.rules import finding, run
+from ..engine.rules import FAMILIES, finding, run
 from ..errors import InputError
 from ..memory.rank_memory import MemoryModel, RankMemory, memory_model, overhead_gib
 from ..memory.terms import GIB
 
-ESTIMATE_FAMILIES = (
-    "layout",
-    "pipeline",
-    "batch",
-    "sequence",
-    "cp",
-    "graphs",
-    "recompute",
-    "moe",
-    "precision",
-    "optimizer",
-)
+# Every rule family but the launch's own (estimate_memory gets no launch text) and memory (its own verdict).
+ESTIMATE_FAMILIES = tuple(family for family in FAMILIES if family not in ("launch", "memory"))
 
 
 class EstimateMemoryRequest(TrainingConfig):
