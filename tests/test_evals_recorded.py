@@ -16,7 +16,7 @@ from moe_long_context.evals.report import render_benchmark
 from moe_long_context.evals.tasks import BENCHMARK_JSON, TASKS_YAML, load_tasks
 
 TASKS = load_tasks()
-NEW_CATEGORIES = ("runs-as-written", "fails-as-written", "public-scripts", "planning-headroom")
+NEW_CATEGORIES = ("runs-as-written", "fails-as-written", "public-scripts", "planning-headroom", "throughput")
 
 
 def _answers(tmp_path, rows) -> str:

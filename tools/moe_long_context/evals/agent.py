@@ -107,6 +107,11 @@ ASKS_BUDGET = re.compile(
 ASKS_CP = re.compile(r"\bCP\b|context[- ]parallel|cp_comm_type", re.I)
 ASKS_LABELS = re.compile(r"labels?\s+does|which\s+[-\w]*\s*labels|real\s+labels", re.I)
 ASKS_SCOPE = re.compile(r"cuda[-_]graph[-_]scope", re.I)
+ASKS_THROUGHPUT = re.compile(
+    r"step\s+time|tokens?\s*(?:/|per)\s*s(?:ec(?:ond)?)?\b|throughput|TFLOP/?s|\bMFU\b", re.I
+)
+# two layouts the user compares: 'Layout A: TP=.. CP=..; layout B: ...' (each part overrides the sizes)
+LAYOUT_MARK = re.compile(r"\b(?:layout|option)\s+([AB12])\s*[:(]", re.I)
 
 
 def _megatron_args(facts: Facts, graph_flag: str) -> str:
@@ -200,6 +205,9 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
             summary.append(
                 f"Use CP = {r['cp']} with cp_comm_type {r['cp_comm_type']}: {r['tokens_per_rank']} tokens per CP rank."
             )
+    if ASKS_THROUGHPUT.search(question) and facts.layout_given:
+        await _throughput(question, facts, session, report, summary)
+        return _compose(summary, report), True
     if ASKS_LABELS.search(question):
         summary.append(
             f"Megatron Core 0.19 accepts these recompute labels: {', '.join(labels)} ({labels_rule['source']})."
@@ -282,6 +290,42 @@ async def _budget(facts: Facts, session: Session, report: Report, summary: list[
         )
         if r2 and r2["valid"]:
             summary.append(f"With {_settings_text(alt['settings'])} it is accepted: {r2['layout']}.")
+
+
+async def _throughput(
+    question: str, facts: Facts, session: Session, report: Report, summary: list[str]
+) -> None:
+    """estimate_throughput on the layout as given, or on each of two layouts the question compares."""
+    marks = list(LAYOUT_MARK.finditer(question))
+    variants = [("The configuration as given", facts.request())]
+    if len(marks) >= 2:
+        variants = []
+        for i, m in enumerate(marks):
+            part = question[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(question)]
+            sizes = {d.group(1).lower(): int(d.group(2)) for d in DIM.finditer(part)}
+            variants.append((f"Layout {m.group(1)}", {**facts.request(), **sizes}))
+    done = []
+    for title, args in variants:
+        r = await _run(session, report, "estimate_throughput", args, title.lower())
+        if r and r["valid"]:
+            done.append((title, r))
+            lo, hi = r["tokens_per_s_range"]
+            summary.append(
+                f"{title}: step time {r['step_s']} s for {r['tokens_per_step']} tokens, {r['tokens_per_s']} tokens/s "
+                f"(range {lo} to {hi} tokens/s within the model's stated error of +/-{r['stated_error']:.0%}), "
+                f"{r['tflops_per_gpu']} TFLOP/s per GPU (model FLOPs), MFU {r['mfu']:.1%} against a dense FP8 peak "
+                f"of {r['mfu_denominator_tflops']} per GPU."
+            )
+        elif r:
+            summary.append(_verdict(r, title))
+    if len(done) >= 2:
+        (fa, a), (_, b) = sorted(done, key=lambda d: -d[1]["tokens_per_s"])[:2]
+        gain = a["tokens_per_s"] / b["tokens_per_s"] - 1
+        close = gain < a["stated_error"]
+        summary.append(
+            f"{fa} is faster: {a['tokens_per_s']} vs {b['tokens_per_s']} tokens/s ({gain:.1%} more)"
+            + ("; that is within the stated error, so measure both before choosing." if close else ".")
+        )
 
 
 def _verdict(r: dict[str, Any], what: str) -> str:

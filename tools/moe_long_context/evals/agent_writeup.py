@@ -196,6 +196,21 @@ def write_plan(r: dict[str, Any]) -> list[str]:
     return lines + findings_lines(r["findings"])
 
 
+def write_throughput(r: dict[str, Any]) -> list[str]:
+    if not r["valid"]:
+        return ["- Not valid: Megatron would refuse this configuration.", *findings_lines(r["findings"])]
+    lo, hi = r["tokens_per_s_range"]
+    lines = [
+        f"- Step time {r['step_s']} s, {r['tokens_per_step']} tokens per step, {r['microbatches']} microbatches per "
+        f"DP rank, pipeline bubble {r['bubble_fraction']:.1%}.",
+        f"- {r['tokens_per_s']} tokens/s (range {lo} to {hi}), {r['tflops_per_gpu']} TFLOP/s per GPU (model FLOPs), "
+        f"MFU {r['mfu']:.1%} against a peak of {r['mfu_denominator_tflops']}.",
+        "- Seconds per step by term on the busiest stage: "
+        + ", ".join(f"{k} {v}" for k, v in r["terms_s"].items()) + ".",
+    ]  # fmt: skip
+    return lines + findings_lines(r["findings"], ("error", "warning"))
+
+
 SPLIT_KEYS = (
     "pipeline_layout",
     "account_for_embedding_in_pipeline_split",
@@ -211,6 +226,7 @@ WRITERS = {
     "validate_cuda_graph_shapes": write_graphs,
     "lint_config": write_lint,
     "plan_layout": write_plan,
+    "estimate_throughput": write_throughput,
 }
 
 

@@ -24,6 +24,7 @@ CATEGORY_TITLES = {
     "fails-as-written": "Looks right, fails (the error to find)",
     "public-scripts": "Public launch scripts (ModelZoo, slime, Bridge recipes)",
     "planning-headroom": "Planning with more memory headroom",
+    "throughput": "Throughput: step time, tokens/s and TFLOP/s of a given layout",
     "negative": "Negative: must not trigger the skill",
 }
 
