@@ -145,6 +145,16 @@ def _deepseek_v3(r: _Reader) -> None:
     r.take("mtp_num_layers", "num_nextn_predict_layers", 0)
 
 
+def _gqa_trunk(r: _Reader) -> dict[str, Any]:
+    """The trunk and grouped-query attention every GQA converter reads the same way; returns the config."""
+    _common(r)
+    cfg = r.cfg
+    r.set("attention", "gqa", f"{r.origin}: num_key_value_heads (grouped-query attention)")
+    r.take("num_query_groups", "num_key_value_heads")
+    r.take("head_dim", "head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    return cfg
+
+
 def _qwen3_moe(r: _Reader) -> None:
     _qwen3_attention(r)
     cfg = r.cfg
@@ -192,20 +202,12 @@ def _qwen3_next(r: _Reader) -> None:
 
 
 def _qwen3_attention(r: _Reader) -> None:
-    _common(r)
-    cfg = r.cfg
-    r.set("attention", "gqa", f"{r.origin}: num_key_value_heads (grouped-query attention)")
-    r.take("num_query_groups", "num_key_value_heads")
-    r.take("head_dim", "head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    _gqa_trunk(r)
     r.set("qk_layernorm", True, "Qwen3 applies RMSNorm to Q and K")
 
 
 def _gpt_oss(r: _Reader) -> None:
-    _common(r)
-    cfg = r.cfg
-    r.set("attention", "gqa", f"{r.origin}: num_key_value_heads (grouped-query attention)")
-    r.take("num_query_groups", "num_key_value_heads")
-    r.take("head_dim", "head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    cfg = _gqa_trunk(r)
     layer_types = cfg.get("layer_types")
     if layer_types:
         types = tuple("sliding" if t == "sliding_attention" else "full" for t in layer_types)
@@ -226,11 +228,7 @@ def _gpt_oss(r: _Reader) -> None:
 
 
 def _mixtral(r: _Reader) -> None:
-    _common(r)
-    cfg = r.cfg
-    r.set("attention", "gqa", f"{r.origin}: num_key_value_heads (grouped-query attention)")
-    r.take("num_query_groups", "num_key_value_heads")
-    r.take("head_dim", "head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    cfg = _gqa_trunk(r)
     window = cfg.get("sliding_window")
     types = ("sliding" if window else "full",) * cfg["num_hidden_layers"]
     r.set("attention_layer_types", types, f"{r.origin}: sliding_window={window}")

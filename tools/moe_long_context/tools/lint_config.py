@@ -36,7 +36,7 @@ from ..engine.rules import finding, run
 from ..errors import InputError, describe_validation_error
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
-from ..model.catalog import load_gpu, load_model, models
+from ..model.catalog import load_gpu, load_model, model_ids, models
 from ..model.hf import spec_from_hf_config
 from ..model.params import model_params
 from ..model.specs import ModelSpec
@@ -474,7 +474,7 @@ def _model_ref(a: _Analysis, req: LintConfigRequest) -> Any:
     """How to name the checked model to the other dialect (which may not declare the architecture)."""
     if req.model is not None:
         return req.model
-    return a.model.id if a.model.id in {m.id for m in models()} else a.model
+    return a.model.id if a.model.id in model_ids() else a.model
 
 
 def resolved_config(a: _Analysis) -> TrainingConfig:
