@@ -266,3 +266,13 @@ async def test_a_failing_summary_still_sends_the_result(monkeypatch):
     async with Client(server) as client:
         result = await client.call_tool("size_cp", {"model": "dsv3", "seq_len": 131072})
     assert not result.is_error and json.loads(result.content[0].text) == result.structured_content
+
+
+async def test_a_plan_layout_with_no_plan_says_why_in_its_summary():
+    async with Client(server) as client:
+        result = await client.call_tool("plan_layout", {**DSV3_PLAN, "model": "glm-5", "num_gpus": 7})
+    data, text = result.structured_content, result.content[0].text
+    assert not result.is_error and data["plans"] == [] and data["no_plan_reason"]
+    assert f"no plan: {data['no_plan_reason']}" in text
+    assert all(f"{why} x{n}" in text for why, n in data["excluded"].items())
+    assert f"GBS {data['gbs']} for every plan" in text

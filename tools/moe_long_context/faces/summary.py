@@ -231,8 +231,12 @@ def _recompute(settings: dict[str, Any]) -> str:
 def _plan_layout(d: dict[str, Any]) -> list[str]:
     lines = [
         f"plan_layout: {len(d['plans'])} plan(s); {d['candidates']} candidates, {d['evaluated']} evaluated, "
-        f"{d['feasible']} feasible"
+        f"{d['feasible']} feasible; GBS {d['gbs']} for every plan, {d['headroom']:.0%} headroom"
     ]
+    if not d["plans"]:  # a job with no plan always says why
+        lines.append(f"no plan: {d['no_plan_reason']}")
+        if d["excluded"]:
+            lines.append("excluded: " + ", ".join(f"{why} x{n}" for why, n in d["excluded"].items()))
     brief: list[str] = []
     for p in d["plans"][MAX_LIST:]:  # beyond the first few: one short line each
         m, t = p["memory"], p["throughput"]
