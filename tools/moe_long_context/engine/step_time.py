@@ -167,7 +167,8 @@ def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) 
     if spec.is_mla:
         width = n * (spec.head_dim + (spec.qk_pos_emb_head_dim or 0)) / 2 + n * (spec.v_head_dim or 0) / 2
     else:
-        width = n * spec.head_dim  # (QK^T + AV) x causal half
+        shape = spec.attention_shape(layer_type)
+        width = shape.num_attention_heads * (shape.head_dim + shape.value_dim) / 2  # (QK^T + AV) x causal half
     keys = seq if layer_type != "sliding" or not spec.sliding_window else min(seq, 2 * spec.sliding_window)
     return 2 * width * keys
 
@@ -304,15 +305,17 @@ def step_time(
             volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)
             t["tp_comm"] = volume / tp_bw * (1 - TP_OVERLAP)
         if c.cp > 1 and layer_type not in ("linear", "mamba", "none"):
+            shape = m.attention_shape(layer_type)
             kv_width = (
-                (m.num_query_groups * m.head_dim * 2)
+                shape.num_query_groups * (shape.head_dim + shape.value_dim)
                 if not m.is_mla
                 else m.num_attention_heads * (m.head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or 0))
             )
             if layer_type == "dsa":  # DSA all-gathers its MLA latent and indexer keys, not per-head K/V
                 kv_width = dsa_gathered_width(m)
             kv_bytes = tokens * kv_width * bytes_act / c.tp
-            qo_bytes = tokens * m.num_attention_heads * (m.v_head_dim or m.head_dim) * 2 * bytes_act / c.tp
+            heads = shape.num_attention_heads if not m.is_mla else m.num_attention_heads
+            qo_bytes = tokens * heads * (m.v_head_dim or m.head_dim if m.is_mla else shape.value_dim) * 2 * bytes_act / c.tp
             comm = ctx.cp_comm_type
             a2a, ring = {"a2a": (c.cp, 1), "p2p": (1, c.cp), "all_gather": (1, c.cp)}.get(comm, (1, c.cp))
             if comm == "a2a+p2p":

@@ -116,7 +116,9 @@ def attention_inventory(ctx: Context, sh: Shard, layer_type: str) -> list[Saved]
     elif m.is_mla:
         out += _mla(ctx, sh)
     else:
-        n_r, g_r, d = _heads(m.num_attention_heads, t), _heads(m.num_query_groups, t), m.head_dim
+        shape = m.attention_shape(layer_type)
+        n_r, g_r = _heads(shape.num_attention_heads, t), _heads(shape.num_query_groups, t)
+        d, dv = shape.head_dim, shape.value_dim
         out.append(
             Saved(
                 "attention norm output (QKV GEMM input, norm fused into it)",
@@ -124,7 +126,7 @@ def attention_inventory(ctx: Context, sh: Shard, layer_type: str) -> list[Saved]
                 offload=frozenset({"qkv_linear"}),
             )
         )
-        qkv = BF16 * (n_r + 2 * g_r) * d * tok
+        qkv = BF16 * ((n_r + g_r) * d + g_r * dv) * tok
         if m.qk_layernorm and m.qk_layernorm_full_dim:  # one norm over all heads: one statistic per token
             out.append(
                 Saved("Q and K before their full-width norms", (BF16 * d * (n_r + g_r) + 2 * stats) * tok)
@@ -133,8 +135,8 @@ def attention_inventory(ctx: Context, sh: Shard, layer_type: str) -> list[Saved]
             out.append(Saved("Q and K before their norms", (BF16 * d + stats) * (n_r + g_r) * tok))
         out.append(Saved("Q, K, V (core-attention inputs)", qkv, offload=frozenset({"core_attn"})))
         if m.attention_output_gate:
-            out.append(Saved("attention output gate and gated output", 2 * BF16 * n_r * d * tok))
-        out.append(_attention_output(sh, n_r * d))
+            out.append(Saved("attention output gate and gated output", 2 * BF16 * n_r * dv * tok))
+        out.append(_attention_output(sh, n_r * dv))
         out.append(
             Saved("softmax statistics (FP32 LSE)", FP32 * n_r * tok, removed_by=frozenset({"core_attn"}))
         )

@@ -3,7 +3,8 @@
 Formulas follow Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (core_r0.19.0) for
 GQA, MLA, dense and MoE MLPs, extended with what that file leaves out: biases (gpt-oss), attention
 sinks, Q/K norms (per head, or over all heads as OLMoE and MiniMax-M2 have them), Q/K/V-only biases, the
-attention output gate and Gated DeltaNet layers (Qwen3-Next), expert-bias routing
+attention output gate, per-layer-type head shapes (Gemma-4, Step-3.5, MiMo-V2-Flash), a V narrower than Q and K,
+Gated DeltaNet layers (Qwen3-Next), expert-bias routing
 and the MTP block (``eh_proj`` plus two norms plus one transformer layer).
 """
 
@@ -69,22 +70,38 @@ def attention_params(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
         replicated += kv_lora * norm  # kv_a_layernorm
         proj = n * dv * h
         return q + kv + proj, replicated
-    d, g = spec.head_dim, spec.num_query_groups
-    q_width = n * d * (2 if spec.attention_output_gate else 1)
-    qkv = h * (q_width + 2 * g * d)
-    proj = n * d * h
-    sharded = qkv + proj
+    shape = spec.attention_shape(layer_type)
+    n, d, g, dv = shape.num_attention_heads, shape.head_dim, shape.num_query_groups, shape.value_dim
+    gate = n * dv if spec.attention_output_gate else 0
+    qkv_width = n * d + gate + g * (d + dv)
+    sharded = h * qkv_width + n * dv * h  # linear_qkv and linear_proj
     if spec.add_bias_linear or spec.add_qkv_bias:
-        sharded += q_width + 2 * g * d  # linear_qkv bias
+        sharded += qkv_width  # linear_qkv bias
     if spec.add_bias_linear:
         replicated += h  # output-projection bias
-    if spec.softmax_sinks:
+    if shape.softmax_sinks:
         sharded += n
     if spec.qk_layernorm and spec.qk_layernorm_full_dim:
         sharded += (n * d + g * d) * norm  # one norm over all query heads, one over all key heads
     elif spec.qk_layernorm:
         replicated += 2 * d * norm
     return sharded, replicated
+
+
+def megatron_only_params(spec: ModelSpec, layer_type: str) -> int:
+    """Weights Megatron allocates in one attention block that the Hugging Face checkpoint does not hold:
+    the V slice of linear_qkv on k = v layers (Gemma-4, which Bridge ties to K), and the full-width output
+    gate Bridge builds from a head-wise one (Step-3.5 on Megatron Core 0.19.2, which has no head-wise gate)."""
+    if layer_type not in ("full", "sliding") or spec.is_mla:
+        return 0
+    shape = spec.attention_shape(layer_type)
+    h, n, g, dv = spec.hidden_size, shape.num_attention_heads, shape.num_query_groups, shape.value_dim
+    extra = 0
+    if shape.k_eq_v:
+        extra += h * g * dv + (g * dv if spec.add_bias_linear or spec.add_qkv_bias else 0)
+    if spec.attention_output_gate and spec.attention_output_gate_head_wise:
+        extra += h * n * dv - h * n
+    return extra
 
 
 def _ffn(spec: ModelSpec, width: int) -> int:
@@ -176,13 +193,23 @@ def position_embedding_params(spec: ModelSpec) -> int:
 
 @dataclass(frozen=True)
 class ModelParams:
-    """Whole-model parameter counts."""
+    """Whole-model parameter counts, as Megatron allocates them."""
 
     total: int  # decoder + embeddings + final norm, MTP excluded (as model cards count)
     active: int  # what one token passes through, embeddings included
     embedding: int  # input embedding (+ output layer when untied, + learned position table)
     experts: int  # routed experts over all MoE layers
     mtp: int  # the MTP modules, not in total
+    megatron_only: int = 0  # in total and active, but not in the checkpoint (megatron_only_params)
+
+    @property
+    def checkpoint_total(self) -> int:
+        """What the Hugging Face checkpoint holds: the figure a model card publishes."""
+        return self.total - self.megatron_only
+
+    @property
+    def checkpoint_active(self) -> int:
+        return self.active - self.megatron_only
 
 
 def model_params(spec: ModelSpec) -> ModelParams:
@@ -194,4 +221,7 @@ def model_params(spec: ModelSpec) -> ModelParams:
     active = sum(lp.active for lp in layers) + embedding + final_norm
     experts = sum(lp.experts for lp in layers)
     mtp = spec.mtp_num_layers * mtp_layer_params(spec).total
-    return ModelParams(total=total, active=active, embedding=embedding, experts=experts, mtp=mtp)
+    extra = sum(megatron_only_params(spec, t) for t in spec.attention_layer_types)
+    return ModelParams(
+        total=total, active=active, embedding=embedding, experts=experts, mtp=mtp, megatron_only=extra
+    )

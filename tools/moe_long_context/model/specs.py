@@ -20,6 +20,42 @@ PositionEmbedding = Literal["rope", "learned_absolute"]
 HYBRID_FAMILIES = ("glm_moe_dsa", "deepseek_v32", "nemotron_h")
 
 
+class AttentionShape(BaseModel):
+    """The head geometry of one kind of softmax-attention layer. The trunk fields of ModelSpec give it for
+    every layer; ``ModelSpec.attention_shapes`` overrides it for the layers of one type where a family mixes
+    two shapes, as Bridge's custom layers build them (Gemma-4's global layers, Step-3.5's sliding layers,
+    MiMo-V2-Flash's sliding-window layers)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_attention_heads: int = Field(gt=0, description="Query heads of these layers.")
+    num_query_groups: int = Field(gt=0, description="Key/value heads of these layers.")
+    head_dim: int = Field(gt=0, description="Q and K head dim (kv_channels) of these layers.")
+    v_head_dim: int | None = Field(
+        default=None, gt=0, description="V head dim where it differs from head_dim (MiMo-V2-Flash: 128 vs 192)."
+    )
+    softmax_sinks: bool = Field(
+        default=False, description="Learned attention sinks on these layers (TE context parallelism needs a2a)."
+    )
+    k_eq_v: bool = Field(
+        default=False,
+        description="The checkpoint has no V projection: V is K (Gemma-4 attention_k_eq_v). Megatron still "
+        "allocates the V slice of linear_qkv, so it counts in memory, not in the published total.",
+    )
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @model_validator(mode="after")
+    def _groups_divide_heads(self) -> AttentionShape:
+        if self.num_attention_heads % self.num_query_groups:
+            raise ValueError(
+                f"num_query_groups={self.num_query_groups} must divide num_attention_heads={self.num_attention_heads}"
+            )
+        return self
+
+
 class ModelSpec(BaseModel):
     """Architecture of one language model in Megatron Core's terms: an MoE model from the catalog, or a
     dense Megatron GPT (family ``gpt``, ``num_experts=0``) built directly, e.g. for calibration tests."""
@@ -77,7 +113,9 @@ class ModelSpec(BaseModel):
     )
     kv_lora_rank: int | None = Field(default=None, description="MLA key/value down-projection rank.")
     qk_pos_emb_head_dim: int | None = Field(default=None, description="MLA decoupled RoPE dim per head.")
-    v_head_dim: int | None = Field(default=None, description="MLA value head dim.")
+    v_head_dim: int | None = Field(
+        default=None, description="Value head dim: MLA's, or a GQA model's where V is narrower than Q and K."
+    )
     qk_layernorm: bool = Field(default=False, description="RMSNorm on Q and K (Qwen3).")
     attention_output_gate: bool = Field(
         default=False, description="Sigmoid gate on attention output (Qwen3-Next)."
@@ -86,6 +124,19 @@ class ModelSpec(BaseModel):
         default=False, description="Learned attention sinks (gpt-oss): TE CP needs a2a."
     )
     sliding_window: int | None = Field(default=None, description="Window of the sliding-window layers.")
+    attention_shapes: dict[Literal["full", "sliding"], AttentionShape] = Field(
+        default_factory=dict,
+        description="Per softmax-attention layer type, a head geometry that differs from the trunk fields "
+        "(num_attention_heads, num_query_groups, head_dim, softmax_sinks): Gemma-4's full layers (512-wide "
+        "heads, 2 KV heads, k = v), Step-3.5's sliding layers (96 heads), MiMo-V2-Flash's sliding layers "
+        "(8 KV heads and sinks). GQA only.",
+    )
+    attention_output_gate_head_wise: bool = Field(
+        default=False,
+        description="The checkpoint's output gate has one value per head (Step-3.5 g_proj, h x heads); "
+        "Megatron Core 0.19.2 has no head-wise gate, so Bridge builds the full-width gate and the extra "
+        "weights count in memory, not in the published total.",
+    )
     attention_layer_types: tuple[AttentionLayerType, ...] = Field(
         description="Per decoder layer: full attention, sliding-window attention, linear (Gated DeltaNet), "
         "dsa (MLA with a DSA indexer), mamba (a Mamba-2 mixer layer of a hybrid) or none (an MLP-only hybrid layer)."
@@ -194,6 +245,55 @@ class ModelSpec(BaseModel):
         if self.has_dsa and not (self.dsa_index_n_heads and self.dsa_index_head_dim and self.dsa_index_topk):
             raise ValueError("DSA layers need dsa_index_n_heads, dsa_index_head_dim and dsa_index_topk")
         return self
+
+    @model_validator(mode="after")
+    def _attention_shapes_agree(self) -> ModelSpec:
+        if self.attention_shapes and self.is_mla:
+            raise ValueError("attention_shapes describe GQA layers; an MLA model has one attention shape")
+        for kind in self.attention_shapes:
+            if kind not in self.attention_layer_types:
+                raise ValueError(f"attention_shapes names {kind!r} layers, which attention_layer_types lacks")
+        if self.attention_output_gate_head_wise and not self.attention_output_gate:
+            raise ValueError("attention_output_gate_head_wise needs attention_output_gate")
+        return self
+
+    def attention_shape(self, layer_type: str = "full") -> AttentionShape:
+        """The head geometry of a softmax-attention layer of ``layer_type`` (full, sliding or dsa)."""
+        shape = self.attention_shapes.get(layer_type)  # type: ignore[call-overload]
+        if shape is not None:
+            return shape
+        return AttentionShape.model_construct(
+            num_attention_heads=self.num_attention_heads,
+            num_query_groups=self.num_query_groups,
+            head_dim=self.head_dim,
+            v_head_dim=self.v_head_dim if not self.is_mla else None,
+            softmax_sinks=self.softmax_sinks,
+            k_eq_v=False,
+        )
+
+    @property
+    def softmax_attention_shapes(self) -> tuple[AttentionShape, ...]:
+        """Every distinct head geometry among the softmax-attention layers (one for most models)."""
+        kinds = [t for t in ("full", "sliding", "dsa") if t in self.attention_layer_types] or ["full"]
+        shapes: list[AttentionShape] = []
+        for kind in kinds:
+            shape = self.attention_shape(kind)
+            if shape not in shapes:
+                shapes.append(shape)
+        return tuple(shapes)
+
+    def tp_splits_attention(self, tp: int) -> bool:
+        """TP divides every layer shape's query heads, and each shape's KV heads divide TP or are a multiple of
+        it (Megatron replicates KV heads when TP exceeds them)."""
+        return all(
+            s.num_attention_heads % tp == 0 and (s.num_query_groups % tp == 0 or tp % s.num_query_groups == 0)
+            for s in self.softmax_attention_shapes
+        )
+
+    @property
+    def has_softmax_sinks(self) -> bool:
+        """Some softmax-attention layer has learned sinks (gpt-oss: all; MiMo-V2-Flash: the sliding ones)."""
+        return any(s.softmax_sinks for s in self.softmax_attention_shapes)
 
     @property
     def is_moe(self) -> bool:

@@ -134,10 +134,7 @@ def _quick_ok(ctx: Context, tp: int, cp: int, pp: int, ep: int, etp: int) -> boo
     m, world = ctx.model, ctx.cfg.num_gpus
     if world % (tp * cp * pp) or world % (etp * ep * pp):
         return False
-    if m.num_experts % ep or m.num_attention_heads % tp:
-        return False
-    g = m.num_query_groups
-    return not (g % tp and tp % g)
+    return not m.num_experts % ep and m.tp_splits_attention(tp)
 
 
 def _with_split(ctx: Context, settings: dict) -> dict | None:

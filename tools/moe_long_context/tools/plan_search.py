@@ -63,8 +63,7 @@ def divisors(n: int) -> list[int]:
 def _tp_options(model: ModelSpec, gpu: GpuSpec) -> list[int]:
     out = []
     for tp in powers_of_two(min(MAX_TP, gpu.nvlink_domain)):
-        g = model.num_query_groups
-        if model.num_attention_heads % tp == 0 and (g % tp == 0 or tp % g == 0):
+        if model.tp_splits_attention(tp):
             out.append(tp)
     return out
 

@@ -110,7 +110,7 @@ def comm_type_for(
         found = comm_type_findings(model, tp, cp, comm, hierarchy, packed)
         return not has_errors(found)
 
-    if model.softmax_sinks or model.has_sliding_window:
+    if model.has_softmax_sinks or model.has_sliding_window:
         if legal("a2a"):
             return (
                 "a2a",
@@ -257,9 +257,7 @@ def _alternatives(
     domain = gpu.nvlink_domain if gpu is not None else 8
     t, c = tp * 2, cp // 2
     while c >= 1 and t * c <= max(domain, tp * cp) and len(options) < 5:
-        heads_ok = model.num_attention_heads % t == 0 and (
-            model.num_query_groups % t == 0 or t % model.num_query_groups == 0
-        )
+        heads_ok = model.tp_splits_attention(t)
         if (
             heads_ok
             and t <= domain

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from math import prod
 
-from ...model.specs import GpuSpec, ModelSpec
+from ...model.specs import AttentionShape, GpuSpec, ModelSpec
 from ..context import Context
 from ..findings import Finding
 from ..launcher_defaults import unset_value
@@ -13,22 +13,25 @@ from .dsa import dsa_comm_type_findings
 from .table import check, finding
 
 
-def kv_heads_per_tp_rank(model: ModelSpec, tp: int) -> int:
+def kv_heads_per_tp_rank(model: ModelSpec, tp: int, shape: AttentionShape | None = None) -> int:
     """KV heads one TP rank holds at core attention (Megatron keeps one when TP > query groups)."""
     if model.is_mla:
         return model.num_attention_heads // tp if model.num_attention_heads % tp == 0 else 1
-    g = model.num_query_groups
+    g = (shape or model.attention_shape()).num_query_groups
     return g // tp if g >= tp and g % tp == 0 else 1
 
 
-def q_heads_per_tp_rank(model: ModelSpec, tp: int) -> int:
-    return model.num_attention_heads // tp if model.num_attention_heads % tp == 0 else 1
+def q_heads_per_tp_rank(model: ModelSpec, tp: int, shape: AttentionShape | None = None) -> int:
+    n = (shape or model.attention_shape()).num_attention_heads if not model.is_mla else model.num_attention_heads
+    return n // tp if n % tp == 0 else 1
 
 
 def max_a2a_size(model: ModelSpec, tp: int) -> int:
-    """Largest Ulysses (a2a) degree the heads allow: it must divide the Q and KV heads per TP rank."""
-    q, kv = q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)
-    return max(d for d in range(1, kv + 1) if kv % d == 0 and q % d == 0)
+    """Largest Ulysses (a2a) degree the heads allow: it must divide the Q and KV heads per TP rank of every
+    attention layer shape."""
+    heads = [q_heads_per_tp_rank(model, tp, s) for s in model.softmax_attention_shapes]
+    heads += [kv_heads_per_tp_rank(model, tp, s) for s in model.softmax_attention_shapes]
+    return max(d for d in range(1, min(heads) + 1) if all(n % d == 0 for n in heads))
 
 
 def comm_type_findings(
@@ -117,10 +120,17 @@ def comm_type_findings(
         effective if comm is not None else f"{effective} (what {launcher} uses when cp_comm_type is unset)"
     )
     if a2a_size and a2a_size > 1:
-        q, kv = q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)
+        q, kv = next(
+            (
+                (q_heads_per_tp_rank(model, tp, s), kv_heads_per_tp_rank(model, tp, s))
+                for s in model.softmax_attention_shapes
+                if q_heads_per_tp_rank(model, tp, s) % a2a_size or kv_heads_per_tp_rank(model, tp, s) % a2a_size
+            ),
+            (q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)),
+        )
         if q % a2a_size or kv % a2a_size:
             largest = max_a2a_size(model, tp)
-            if model.softmax_sinks or model.has_sliding_window:
+            if model.has_softmax_sinks or model.has_sliding_window:
                 # p2p is refused for sliding windows and sinks: the fix stays on a2a with a smaller CP or TP.
                 wider = max_a2a_size(model, 1)
                 fix = f"Keep cp_comm_type a2a with CP at most {largest} at TP={tp}" + (
@@ -128,7 +138,7 @@ def comm_type_findings(
                 )
                 fix += (
                     "; learned softmax sinks allow no other cp_comm_type."
-                    if model.softmax_sinks
+                    if model.has_softmax_sinks
                     else "; or use cp_comm_type all_gather."
                 )
             else:
@@ -161,12 +171,12 @@ def comm_type_findings(
                 f"{model.name} has sliding-window layers; TE 2.14 supports them with CP only over a2a or "
                 f"all_gather, not {shown}.",
                 "Set cp_comm_type a2a"
-                + (" (learned sinks allow nothing else)" if model.softmax_sinks else "")
+                + (" (learned sinks allow nothing else)" if model.has_softmax_sinks else "")
                 + ".",
                 keys,
             )
         )
-    if model.softmax_sinks and written != "a2a":
+    if model.has_softmax_sinks and written != "a2a":
         # TE's backend filter reads the string as written: any a2a+p2p fails, [CP, 1] included.
         out.append(
             finding(

@@ -71,22 +71,26 @@ def experts_and_heads(ctx: Context) -> Iterator[Finding]:
             f"Use an EP that divides {m.num_experts}, e.g. {ok[-3:]}.",
             ["ep"],
         )
-    if m.num_attention_heads % c.tp:
-        ok = [t for t in _divisors(m.num_attention_heads) if t <= 64]
+    shapes = m.softmax_attention_shapes
+    bad_heads = sorted({s.num_attention_heads for s in shapes if s.num_attention_heads % c.tp})
+    if bad_heads:
+        ok = [t for t in range(1, 65) if all(s.num_attention_heads % t == 0 for s in shapes)]
         yield finding(
             "TP_DIVIDES_HEADS",
-            f"TP={c.tp} does not divide the {m.num_attention_heads} attention heads.",
+            f"TP={c.tp} does not divide the {' and '.join(map(str, bad_heads))} attention heads"
+            + (" of its layer types." if len(shapes) > 1 else "."),
             f"Use TP in {ok}.",
             ["tp"],
         )
-    g = m.num_query_groups
-    if g % c.tp and c.tp % g:
-        yield finding(
-            "QUERY_GROUPS_TP",
-            f"num_query_groups={g} is neither a multiple nor a divisor of TP={c.tp}.",
-            f"Use a TP that divides {g} or is a multiple of it.",
-            ["tp"],
-        )
+    for g in sorted({s.num_query_groups for s in shapes}):
+        if g % c.tp and c.tp % g:
+            yield finding(
+                "QUERY_GROUPS_TP",
+                f"num_query_groups={g} is neither a multiple nor a divisor of TP={c.tp}.",
+                f"Use a TP that divides {g} or is a multiple of it.",
+                ["tp"],
+            )
+            break
     if m.has_linear_attention:
         size = c.tp * c.cp
         for name, heads in (("key", m.linear_num_key_heads), ("value", m.linear_num_value_heads)):
