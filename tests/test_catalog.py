@@ -39,6 +39,11 @@ EXPECTED_IDS = {
     "deepseek-v3.2",  # issue 16: sparse attention and Mamba hybrids
     "glm-5",
     "nemotron-3-nano",
+    "gemma-4-26b-a4b",  # issue 15: two attention shapes, and Sarvam's bridges
+    "step-3.5-flash",
+    "mimo-v2-flash",
+    "sarvam-30b",
+    "sarvam-105b",
 }
 
 

@@ -79,6 +79,7 @@ def test_the_bridge_recipe_layouts():
     """Bridge 0.6.2's recipes for the issue-15 families, each named by its recipe function."""
     assert {lay.config["model"] for lay in recipe_layouts()} == {
         "glm-4.5", "glm-4.5-air", "deepseek-v2", "deepseek-v2-lite", "olmoe-1b-7b", "qwen3.5-35b-a3b",
+        "gemma-4-26b-a4b", "step-3.5-flash",
     }  # fmt: skip
     for lay in recipe_layouts():
         assert (
@@ -96,7 +97,8 @@ def test_recipe_layout_gives_its_dp_and_edp_and_exactly_the_stated_errors(layout
     result = check_dp_budget(request(CheckDpBudgetRequest, config))
     assert codes(result) == sorted(layout.expect.errors)
     assert (result.dp, result.edp) == (layout.expect.dp, layout.expect.edp)
-    assert result.num_microbatches >= config["pp"]
+    # fewer microbatches than stages is legal but mostly bubble: the recipe's notes must say so
+    assert result.num_microbatches >= config["pp"] or "microbatches" in " ".join(layout.chosen)
     assert f"{config['num_gpus']} {config['gpu'].upper()}" in layout.title
     if layout.expect.errors:  # a recipe that does not build says why in its notes
         assert any("Megatron Core" in note for note in layout.chosen)

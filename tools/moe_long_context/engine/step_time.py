@@ -168,7 +168,9 @@ def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) 
         width = n * (spec.head_dim + (spec.qk_pos_emb_head_dim or 0)) / 2 + n * (spec.v_head_dim or 0) / 2
     else:
         shape = spec.attention_shape(layer_type)
-        width = shape.num_attention_heads * (shape.head_dim + shape.value_dim) / 2  # (QK^T + AV) x causal half
+        width = (
+            shape.num_attention_heads * (shape.head_dim + shape.value_dim) / 2
+        )  # (QK^T + AV) x causal half
     keys = seq if layer_type != "sliding" or not spec.sliding_window else min(seq, 2 * spec.sliding_window)
     return 2 * width * keys
 
@@ -203,7 +205,7 @@ def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
     fwd = sum(
         n * layer_flops_per_token(spec, first[key], seq, sliding_as_full=True) for key, n in kinds.items()
     )
-    last = spec.num_layers - 1
+    last = spec.mtp_layer_index
     fwd += mtp_layers * (layer_flops_per_token(spec, last, seq, sliding_as_full=True) + 2 * (2 * h * h))
     fwd += 2 * h * spec.vocab_size * (1 + mtp_layers)
     return 3 * fwd
@@ -315,7 +317,14 @@ def step_time(
                 kv_width = dsa_gathered_width(m)
             kv_bytes = tokens * kv_width * bytes_act / c.tp
             heads = shape.num_attention_heads if not m.is_mla else m.num_attention_heads
-            qo_bytes = tokens * heads * (m.v_head_dim or m.head_dim if m.is_mla else shape.value_dim) * 2 * bytes_act / c.tp
+            qo_bytes = (
+                tokens
+                * heads
+                * (m.v_head_dim or m.head_dim if m.is_mla else shape.value_dim)
+                * 2
+                * bytes_act
+                / c.tp
+            )
             comm = ctx.cp_comm_type
             a2a, ring = {"a2a": (c.cp, 1), "p2p": (1, c.cp), "all_gather": (1, c.cp)}.get(comm, (1, c.cp))
             if comm == "a2a+p2p":

@@ -113,7 +113,7 @@ def chunk_activations(
     recompute = sh.recompute
     inventories = [cache(i) for i in layers]
     if mtp:
-        inventories += [cache(m.num_layers - 1)] * mtp
+        inventories += [cache(m.mtp_layer_index)] * mtp
     terms: dict[str, float] = {}
     if full:
         kept_bytes, transient = _full_recompute_kept(ctx, inventories, offload)
@@ -292,7 +292,7 @@ def assumptions(ctx: Context, sh: Shard) -> list[str]:
         )
     if ctx.mtp_layers:
         out.append(
-            f"MTP: {ctx.mtp_layers} layer(s) like the last decoder layer on the stage the split puts them, with "
+            f"MTP: {ctx.mtp_layers} layer(s) like decoder layer {m.mtp_layer_index} on the stage the split puts them, with "
             "their own word-embedding copy and a second logits/loss tensor per in-flight microbatch."
         )
     if any(m.attention_layer_types[i] == "linear" for i in range(m.num_layers)):

@@ -2,9 +2,10 @@
 
 Supported families (by ``model_type``): DeepSeek-V3 (also Kimi-K2 and Moonlight), Qwen3-MoE,
 Qwen3-Next, GPT-OSS and Mixtral by the converters below, and the families of ``hf_families.yaml`` (GLM-4.5,
-DeepSeek-V2, Qwen3.5, MiniMax-M2, OLMoE, ERNIE-4.5, Ling 2.0 and others) by its table-driven reader. Other
-families are refused with a message that names the ways that always work, rather than guessed at. Every
-field of the result records the config.json key it came from in ``sources``.
+DeepSeek-V2, Qwen3.5, MiniMax-M2, OLMoE, ERNIE-4.5, Ling 2.0, Gemma-4, Step-3.5, MiMo-V2-Flash, Sarvam and
+others) by its table-driven reader. A config whose ``model_type`` is unknown is matched by its ``architectures``,
+as Bridge's AutoBridge dispatches. Other families are refused with a message that names the ways that always
+work, rather than guessed at. Every field of the result records the config.json key it came from in ``sources``.
 """
 
 from __future__ import annotations
@@ -254,6 +255,29 @@ def supported_model_types() -> list[str]:
     return sorted({*FAMILY_BY_MODEL_TYPE, *family_table()})
 
 
+# config.json ``architectures`` of the converter families, as Bridge registers its bridges (register_bridge
+# source=...); the table families list theirs in hf_families.yaml.
+CONVERTER_ARCHITECTURES = {
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "GptOssForCausalLM": "gpt_oss",
+    "MixtralForCausalLM": "mixtral",
+}
+
+
+def _family_by_architecture(cfg: Mapping[str, Any]) -> str | None:
+    """The family Bridge's AutoBridge would pick from ``architectures`` (it dispatches on the class name), for a
+    config whose model_type the loader does not know, e.g. Ling-flash-2.0's ``bailing_moe``."""
+    names = cfg.get("architectures")
+    if not isinstance(names, list):
+        return None
+    known = dict(CONVERTER_ARCHITECTURES)
+    for family, entry in family_table().items():
+        known.update(dict.fromkeys(entry.get("architectures", ()), family))
+    return next((known[n] for n in names if isinstance(n, str) and n in known), None)
+
+
 def _family_of(model_type: str) -> str | None:
     if model_type in FAMILY_BY_MODEL_TYPE:
         return FAMILY_BY_MODEL_TYPE[model_type]
@@ -314,6 +338,7 @@ def spec_from_hf_config(
     cfg, origin = read_config_json(source)
     model_type = cfg.get("model_type")
     family = _family_of(model_type) if isinstance(model_type, str) else None
+    family = family or (_family_by_architecture(cfg) if model_type not in REFUSED_MODEL_TYPES else None)
     if family is None:
         raise refuse_model_type(model_type)
     if hf_repo:

@@ -52,16 +52,26 @@ class _Keys:
         self.defaults = entry.get("defaults", {})
         self.assumed = entry.get("assumed", {})
 
+    def raw(self, key: str) -> Any:
+        """The config.json value of ``key``; a dotted key reads a nested object (attention_other_setting.head_dim)."""
+        value: Any = self.r.cfg
+        for part in key.split("."):
+            if not isinstance(value, Mapping):
+                return None
+            value = value.get(part)
+        return value
+
     def has(self, key: str) -> bool:
-        return self.r.cfg.get(key) is not None
+        return self.raw(key) is not None
 
     def get(self, key: str) -> tuple[Any, str]:
         """(value, source) of ``key``: config.json, else the config class default, else an assumed value."""
         if self.has(key):
-            return self.r.cfg[key], f"{self.r.origin}: {key}"
+            return self.raw(key), f"{self.r.origin}: {key}"
         if key in self.defaults:
             value = self.defaults[key]
-            why = f"transformers {self.entry['transformers']} default (config.json has no {key!r})"
+            owner = self.entry.get("defaults_from") or f"transformers {self.entry['transformers']}"
+            why = f"{owner} default (config.json has no {key!r})"
         elif key in self.assumed:
             value, reason = self.assumed[key]
             why = f"assumed ({reason}; config.json has no {key!r})"
@@ -103,17 +113,32 @@ def _first_key(keys: _Keys, spec: str | list[str]) -> str:
 def _layer_types(keys: _Keys, layers: Any, num_layers: int) -> tuple[tuple[str, ...], str]:
     if layers == "full":
         return ("full",) * num_layers, "every layer uses full attention"
+    if "pattern" in layers:  # MiMo-V2-Flash hybrid_layer_pattern: 1 sliding window, 0 full attention
+        key = layers["pattern"]
+        marks = keys.get(key)[0]
+        if not isinstance(marks, list) or len(marks) != num_layers or any(m not in (0, 1) for m in marks):
+            raise InputError(
+                f"model.{key}", marks, f"a list of {num_layers} entries, 0 (full) or 1 (sliding)"
+            )
+        return tuple(
+            "sliding" if m else "full" for m in marks
+        ), f"{keys.r.origin}: {key} (1 = sliding window)"
     listed = layers.get("layer_types")
     if listed and keys.has(listed):
         names = keys.r.cfg[listed]
+        mtp_key = layers.get("with_mtp")  # Step-3.5 lists its MTP layers' types after the decoder's
+        extra = keys.int(mtp_key, low=0) if mtp_key else 0
+        if isinstance(names, list) and extra and len(names) == num_layers + extra:
+            names = names[:num_layers]
         if not isinstance(names, list) or len(names) != num_layers:
-            raise InputError(
-                f"model.{listed}", names, f"a list of {num_layers} layer types (num_hidden_layers)"
-            )
+            allowed = f"{num_layers} or {num_layers + extra}" if extra else f"{num_layers}"
+            raise InputError(f"model.{listed}", names, f"a list of {allowed} layer types (num_hidden_layers)")
         unknown = sorted({n for n in names if n not in _LAYER_KINDS})
         if unknown:
             raise InputError(f"model.{listed}", unknown, "layer types among " + ", ".join(_LAYER_KINDS))
         return tuple(_LAYER_KINDS[n] for n in names), f"{keys.r.origin}: {listed}"
+    if layers.get("otherwise") == "full":
+        return ("full",) * num_layers, f"config.json has no {listed}: every layer uses full attention"
     if "interval" in layers:
         period, why = keys.int(layers["interval"]), keys.get(layers["interval"])[1]
         kinds = tuple("full" if (i + 1) % period == 0 else "linear" for i in range(num_layers))
@@ -125,8 +150,37 @@ def _layer_types(keys: _Keys, layers: Any, num_layers: int) -> tuple[tuple[str, 
     return kinds, f"sliding window with full attention every {period}th layer ({why})"
 
 
+def _leading_dense(key: str, moe: list[bool], num_layers: int) -> int:
+    """The count of leading dense layers of a per-layer MoE list; refused unless the rest are all MoE."""
+    dense = next((i for i, m in enumerate(moe) if m), num_layers)
+    if len(moe) != num_layers or not all(moe[dense:]) or dense >= num_layers:
+        raise InputError(
+            f"model.{key}", None, f"{num_layers} layers: leading dense layers, then MoE up to the last layer"
+        )
+    return dense
+
+
 def _dense_layers(keys: _Keys, rule: Any, num_layers: int) -> tuple[int, str]:
     r = keys.r
+    if isinstance(rule, Mapping) and "moe_list" in rule:  # MiMo-V2-Flash moe_layer_freq: 0 dense, 1 MoE
+        key = rule["moe_list"]
+        marks = keys.get(key)[0]
+        if not isinstance(marks, list) or any(m not in (0, 1) for m in marks):
+            raise InputError(f"model.{key}", marks, f"a list of {num_layers} entries, 0 (dense) or 1 (MoE)")
+        return _leading_dense(key, [m == 1 for m in marks], num_layers), f"{r.origin}: {key}"
+    if isinstance(rule, Mapping) and "moe_enum" in rule:  # Step-3.5 moe_layers_enum: "3,4,...,44" or a list
+        key = rule["moe_enum"]
+        listed = keys.get(key)[0]
+        try:
+            indices = {
+                int(x) for x in (listed.split(",") if isinstance(listed, str) else listed) if str(x).strip()
+            }
+        except (TypeError, ValueError):
+            raise InputError(
+                f"model.{key}", listed, "layer indices, as a list or a comma-separated string"
+            ) from None
+        moe = [i in indices for i in range(num_layers)]
+        return _leading_dense(key, moe, num_layers), keys.get(key)[1]
     if "mlp_layer_types" in r.cfg and r.cfg["mlp_layer_types"] is not None:
         kinds = r.cfg["mlp_layer_types"]
         dense = (
@@ -203,7 +257,37 @@ def _check_consistent(keys: _Keys, entry: Mapping[str, Any], v: Mapping[str, Any
         )
 
 
-_BOOL_FIELDS = {"tie_embeddings", "qk_layernorm", "add_qkv_bias", "add_bias_linear"}
+_BOOL_FIELDS = {"tie_embeddings", "qk_layernorm", "add_qkv_bias", "add_bias_linear", "attention_output_gate",
+                "attention_output_gate_head_wise", "softmax_sinks"}  # fmt: skip
+_SHAPE_BOOLS = {"softmax_sinks", "k_eq_v"}
+
+
+def _shapes(keys: _Keys, entry: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
+    """The per-layer-type head shapes of the entry's ``shapes`` (config.json keys, or fixed values)."""
+    shapes: dict[str, dict[str, Any]] = {}
+    whys = []
+    for kind, fields in entry.get("shapes", {}).items():
+        if kind not in kinds:
+            continue
+        shape: dict[str, Any] = {}
+        for field, key in fields.items():
+            if not isinstance(key, str):
+                shape[field] = key
+                continue
+            value, why = keys.get(key)
+            shape[field] = bool(value) if field in _SHAPE_BOOLS else keys.int(key)
+            whys.append(f"{kind}.{field} from {why}")
+        heads, groups = shape["num_attention_heads"], shape["num_query_groups"]
+        if heads % groups:
+            key = fields["num_query_groups"]
+            raise InputError(
+                f"model.{key}", groups, f"a divisor of the {heads} query heads of the {kind} layers"
+            )
+        shapes[kind] = shape
+    if shapes:
+        keys.r.set("attention_shapes", shapes, "; ".join(whys))
+
+
 _TEXT_FIELDS = {"moe_router_score_function"}
 _OPTIONAL_FIELDS = {"q_lora_rank", "sliding_window", "moe_router_num_groups", "moe_router_group_topk"}
 
@@ -215,6 +299,19 @@ def convert_table_family(r: Reader, model_type: str) -> None:
     for key, expected in entry.get("refuse", {}).items():
         if keys.has(key) and r.cfg[key] != expected:
             raise InputError(f"model.{key}", r.cfg[key], f"{expected!r} (other values are not modelled)")
+    for key, (expected, why) in entry.get("require", {}).items():
+        value = keys.get(key)[0]
+        if value != expected:
+            raise InputError(f"model.{key}", value, f"{expected!r}", why)
+    for key, other in entry.get("same_as", {}).items():
+        if keys.has(key) and keys.raw(key) != keys.get(other)[0]:
+            owner = entry["bridge"].rsplit("/", 1)[-1]
+            raise InputError(
+                f"model.{key}",
+                keys.raw(key),
+                f"{other}={keys.get(other)[0]!r}",
+                f"{owner} builds these layers with {other}",
+            )
     common = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "vocab_size": "vocab_size",
               "tie_embeddings": "tie_word_embeddings", "num_attention_heads": "num_attention_heads"}  # fmt: skip
     fields = {**common, **entry["fields"]}
@@ -242,11 +339,12 @@ def convert_table_family(r: Reader, model_type: str) -> None:
     num_layers = r.values["num_layers"]
     kinds, why = _layer_types(keys, entry["layers"], num_layers)
     r.set("attention_layer_types", kinds, why)
+    _shapes(keys, entry, kinds)
     dense, why = _dense_layers(keys, entry["dense_layers"], num_layers)
     r.set("num_dense_layers", dense, why)
     shared = entry.get("shared_expert")
     if shared:
-        width = keys.int(shared["width"])
+        width = keys.int(_first_key(keys, shared["width"]))
         count = shared["count"] if isinstance(shared["count"], int) else keys.int(shared["count"], low=0)
         if count:
             count_why = (
@@ -255,7 +353,7 @@ def convert_table_family(r: Reader, model_type: str) -> None:
             r.set(
                 "moe_shared_expert_intermediate_size",
                 count * width,
-                f"{r.origin}: {count_why} x {shared['width']}",
+                f"{r.origin}: {count_why} x {_first_key(keys, shared['width'])}",
             )
             if shared.get("gate"):
                 r.set("moe_shared_expert_gate", True, f"{owner}: sigmoid-gated shared expert")

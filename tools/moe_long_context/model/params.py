@@ -172,8 +172,8 @@ def layer_params(spec: ModelSpec, index: int) -> LayerParams:
 
 
 def mtp_layer_params(spec: ModelSpec) -> LayerParams:
-    """One MTP module: two input norms, eh_proj (2h -> h), a transformer layer like the last one, a norm."""
-    last = layer_params(spec, spec.num_layers - 1)
+    """One MTP module: two input norms, eh_proj (2h -> h), a transformer layer like ``mtp_layer_index``, a norm."""
+    last = layer_params(spec, spec.mtp_layer_index)
     h = spec.hidden_size
     return LayerParams(
         attention=last.attention + 2 * h * h,

@@ -32,10 +32,13 @@ class AttentionShape(BaseModel):
     num_query_groups: int = Field(gt=0, description="Key/value heads of these layers.")
     head_dim: int = Field(gt=0, description="Q and K head dim (kv_channels) of these layers.")
     v_head_dim: int | None = Field(
-        default=None, gt=0, description="V head dim where it differs from head_dim (MiMo-V2-Flash: 128 vs 192)."
+        default=None,
+        gt=0,
+        description="V head dim where it differs from head_dim (MiMo-V2-Flash: 128 vs 192).",
     )
     softmax_sinks: bool = Field(
-        default=False, description="Learned attention sinks on these layers (TE context parallelism needs a2a)."
+        default=False,
+        description="Learned attention sinks on these layers (TE context parallelism needs a2a).",
     )
     k_eq_v: bool = Field(
         default=False,
@@ -83,6 +86,12 @@ class ModelSpec(BaseModel):
     )
     mtp_num_layers: int = Field(
         default=0, ge=0, description="Multi-token-prediction layers (DeepSeek-V3: 1)."
+    )
+    mtp_layer_like: int | None = Field(
+        default=None,
+        ge=0,
+        description="0-based decoder layer whose shape the MTP transformer layer has; None: the last one, as "
+        "Megatron builds it (DeepSeek-V3). Step-3.5 and MiMo-V2-Flash get a dense MTP layer from Bridge.",
     )
     add_bias_linear: bool = Field(default=False, description="Linear layers carry biases (gpt-oss).")
     gated_linear_unit: bool = Field(default=True, description="SwiGLU-style MLPs (fc1 is 2 x ffn wide).")
@@ -255,6 +264,10 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"attention_shapes names {kind!r} layers, which attention_layer_types lacks")
         if self.attention_output_gate_head_wise and not self.attention_output_gate:
             raise ValueError("attention_output_gate_head_wise needs attention_output_gate")
+        if self.mtp_layer_like is not None and self.mtp_layer_like >= self.num_layers:
+            raise ValueError(
+                f"mtp_layer_like={self.mtp_layer_like} must name one of the {self.num_layers} layers"
+            )
         return self
 
     def attention_shape(self, layer_type: str = "full") -> AttentionShape:
@@ -298,6 +311,11 @@ class ModelSpec(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def mtp_layer_index(self) -> int:
+        """The decoder layer an MTP layer is counted like (parameters, activations, FLOPs)."""
+        return self.num_layers - 1 if self.mtp_layer_like is None else self.mtp_layer_like
 
     @cached_property
     def moe_layers(self) -> tuple[bool, ...]:

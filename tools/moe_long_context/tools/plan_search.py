@@ -13,6 +13,7 @@ from ..engine.config import TrainingConfig
 from ..engine.context import Context
 from ..engine.pipeline import propose_splits
 from ..engine.rules.cp import shard_target
+from ..engine.rules.providers import max_tp
 from ..engine.step_time import Recompute, step_time
 from ..memory.terms import GIB
 from ..model.params import model_params, spec_cache
@@ -63,7 +64,7 @@ def divisors(n: int) -> list[int]:
 def _tp_options(model: ModelSpec, gpu: GpuSpec) -> list[int]:
     out = []
     for tp in powers_of_two(min(MAX_TP, gpu.nvlink_domain)):
-        if model.tp_splits_attention(tp):
+        if model.tp_splits_attention(tp) and tp <= (max_tp(model) or tp):
             out.append(tp)
     return out
 
@@ -198,7 +199,7 @@ def _chunk_kinds(model: ModelSpec, split) -> tuple[tuple[tuple[tuple[Kind, int],
             for r in range(split.pp):
                 stage = split.stages[r][v]
                 counts: dict[Kind, int] = {}
-                layers = [*range(index, index + stage.decoders), *([model.num_layers - 1] * stage.mtp)]
+                layers = [*range(index, index + stage.decoders), *([model.mtp_layer_index] * stage.mtp)]
                 for i in layers:
                     k = (model.attention_layer_types[i], model.moe_layers[i])
                     counts[k] = counts.get(k, 0) + 1

@@ -15,6 +15,7 @@ from ..engine.findings import Finding, has_errors, sort_findings
 from ..engine.rules import finding
 from ..engine.rules.cp import comm_type_findings, max_a2a_size, sequence_findings, shard_target
 from ..engine.rules.mamba import mamba_tp_cp_problems
+from ..engine.rules.providers import max_cp, max_tp
 from ..errors import InputError
 from ..model.catalog import load_gpu, load_model
 from ..model.params_hybrid import mamba_dims
@@ -76,6 +77,12 @@ def _constraint_problems(
 ) -> list[str]:
     """Why a CP is illegal for this model and sequence (empty when it is legal for some comm type)."""
     problems = [f.message for f in sequence_findings(seq, tp, cp, sp)]
+    limit = max_cp(model)
+    if limit is not None and cp > limit:
+        problems.append(f"{model.name}'s Bridge provider allows CP <= {limit}")
+    tp_limit = max_tp(model)
+    if tp_limit is not None and tp > tp_limit:
+        problems.append(f"{model.name}'s Bridge provider allows TP <= {tp_limit}")
     if model.has_linear_attention:
         for heads in (model.linear_num_key_heads, model.linear_num_value_heads):
             if heads and heads % (tp * cp):
@@ -188,7 +195,7 @@ def size_cp(req: SizeCpRequest) -> SizeCpResult:
     reaching = [cp for cp in legal if seq / (tp * cp) <= target]
     cp = reaching[0] if reaching else legal[-1]
     ideal = seq / (tp * target)
-    if cp == 1:
+    if cp == 1 and reaching:
         reason = f"{seq} tokens at TP={tp} already fit the {target}-token shard target: no CP needed"
     elif reaching:
         reason = (
@@ -204,12 +211,13 @@ def size_cp(req: SizeCpRequest) -> SizeCpResult:
     findings = []
     if comm is not None:
         findings += comm_type_findings(model, tp, cp, comm, hierarchy, req.packed_sequences, req.launcher)
-    if not reaching and cp > 1:
+    if not reaching:
+        why = f" ({constraints[0].split(': ', 1)[1]})" if cp == 1 and constraints else ""
         findings.append(
             finding(
                 "CP_SHARD_SIZE",
-                f"The model's attention limits CP to {cp} at TP={tp}: {seq // (tp * cp)} tokens per shard against "
-                f"a target of {target}.",
+                f"The model's attention limits CP to {cp} at TP={tp}{why}: {seq // (tp * cp)} tokens per shard "
+                f"against a target of {target}.",
                 "Check memory with estimate_memory; more TP (inside the NVLink domain) or PP relieves it.",
                 ["cp", "tp"],
             )
@@ -223,7 +231,7 @@ def size_cp(req: SizeCpRequest) -> SizeCpResult:
         tokens_per_rank=seq // cp,
         tokens_per_shard=seq // (tp * cp),
         target_tokens_per_shard=target,
-        reason=reason + ". " + comm_reason + ".",
+        reason=reason + ". " + comm_reason.rstrip(".") + ".",
         constraints=constraints,
         alternatives=_alternatives(model, gpu, req, cp, legal, sp),
         findings=sort_findings(findings),

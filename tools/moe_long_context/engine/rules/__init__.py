@@ -52,5 +52,6 @@ def _load_checks() -> None:
         optimizer,
         pipeline,
         precision,
+        providers,
         recompute,
     )

@@ -22,7 +22,11 @@ def kv_heads_per_tp_rank(model: ModelSpec, tp: int, shape: AttentionShape | None
 
 
 def q_heads_per_tp_rank(model: ModelSpec, tp: int, shape: AttentionShape | None = None) -> int:
-    n = (shape or model.attention_shape()).num_attention_heads if not model.is_mla else model.num_attention_heads
+    n = (
+        (shape or model.attention_shape()).num_attention_heads
+        if not model.is_mla
+        else model.num_attention_heads
+    )
     return n // tp if n % tp == 0 else 1
 
 
@@ -124,7 +128,8 @@ def comm_type_findings(
             (
                 (q_heads_per_tp_rank(model, tp, s), kv_heads_per_tp_rank(model, tp, s))
                 for s in model.softmax_attention_shapes
-                if q_heads_per_tp_rank(model, tp, s) % a2a_size or kv_heads_per_tp_rank(model, tp, s) % a2a_size
+                if q_heads_per_tp_rank(model, tp, s) % a2a_size
+                or kv_heads_per_tp_rank(model, tp, s) % a2a_size
             ),
             (q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)),
         )

@@ -1,0 +1,182 @@
+"""Families whose attention layers come in two head shapes (issue 15): Gemma-4 26B-A4B, Step-3.5-Flash and
+MiMo-V2-Flash, with Sarvam's two bridges. Counts are hand-computed from the shapes; the rules are the ones Megatron
+Bridge 0.6.2's providers enforce."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.rules import run
+from moe_long_context.engine.rules.cp import max_a2a_size
+from moe_long_context.errors import InputError
+from moe_long_context.memory.activations import layer_inventory, shard_of
+from moe_long_context.model.catalog import load_model
+from moe_long_context.model.hf import spec_from_hf_config
+from moe_long_context.model.params import attention_params, megatron_only_params, model_params
+from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
+from moe_long_context.tools.size_cp import SizeCpRequest, size_cp
+
+DATA = Path(__file__).parent / "data" / "hf"
+
+
+def config(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def errors(model: str, **settings) -> set[str]:
+    base = {"gpu": "h100", "num_gpus": 8, "seq_len": 4096, "ep": 8}
+    ctx = build_context(TrainingConfig(model=model, **{**base, **settings}))
+    return {f.code for f in run(ctx) if f.severity.value == "error"}
+
+
+def test_gemma4_global_layers_have_their_own_shape_and_k_equals_v():
+    spec = load_model("gemma-4-26b-a4b")
+    assert spec.attention_layer_types.count("full") == 5 and spec.attention_layer_types[5] == "full"
+    h = 2816
+    # sliding: 16 query heads, 8 KV heads of 256; global: 16 query heads, 2 KV heads of 512
+    assert attention_params(spec, "sliding") == (h * (16 * 256 + 8 * 2 * 256) + 16 * 256 * h, h + 2 * 256)
+    assert attention_params(spec, "full") == (h * (16 * 512 + 2 * 2 * 512) + 16 * 512 * h, h + 2 * 512)
+    # Megatron keeps the V slice of linear_qkv on the 5 global layers; the checkpoint has no v_proj there
+    assert megatron_only_params(spec, "full") == h * 2 * 512 and megatron_only_params(spec, "sliding") == 0
+    p = model_params(spec)
+    assert p.total - p.checkpoint_total == 5 * h * 2 * 512
+    # the dense MLP of 2112 runs beside 128 experts of 704 on every layer (Bridge maps it as the shared expert)
+    assert spec.moe_shared_expert_intermediate_size == 2112 and spec.num_dense_layers == 0
+
+
+def test_step35_megatron_allocation_matches_bridges_verification_card():
+    """Bridge's Step-3.5-Flash verification card reports 199,997,706,240 parameters after import (MTP included);
+    the engine allocates 12,096 more: the expert-bias vectors (288 x 42 MoE layers), which Megatron keeps as
+    buffers, not parameters."""
+    spec = load_model("step-3.5-flash")
+    p = model_params(spec)
+    assert p.total + p.mtp == 199_997_706_240 + 288 * 42
+    h = 4096
+    # full layers: 64 heads, with the full-width gate Bridge builds on Megatron Core 0.19.2 (no head-wise gate)
+    full = h * (64 * 128 + 64 * 128 + 8 * 2 * 128) + 64 * 128 * h
+    sliding = h * (96 * 128 + 96 * 128 + 8 * 2 * 128) + 96 * 128 * h
+    assert attention_params(spec, "full")[0] == full and attention_params(spec, "sliding")[0] == sliding
+    assert megatron_only_params(spec, "full") == h * 64 * 128 - h * 64  # the checkpoint's gate is h x heads
+    # the 3 MTP layers are dense (Bridge's dense MTP spec), shaped like the dense sliding layer 1
+    assert spec.mtp_num_layers == 3 and spec.mtp_layer_index == 1 and not spec.moe_layers[1]
+
+
+def test_mimo_v2_flash_narrow_v_and_sinks_on_the_sliding_layers_only():
+    spec = load_model("mimo-v2-flash")
+    h = 4096
+    full = h * (64 * 192 + 4 * (192 + 128)) + 64 * 128 * h  # Q/K 192, V 128
+    sliding = h * (64 * 192 + 8 * (192 + 128)) + 64 * 128 * h + 64  # 8 KV heads and one sink per head
+    assert attention_params(spec, "full")[0] == full and attention_params(spec, "sliding")[0] == sliding
+    assert spec.has_softmax_sinks and not spec.softmax_sinks  # the trunk (full) layers have none
+    experts = model_params(spec).experts
+    assert experts == 47 * 256 * 3 * h * 2048  # "47 MoE layers ... about 302.8B expert parameters"
+    ctx = build_context(TrainingConfig(model="mimo-v2-flash", gpu="h100", num_gpus=8, seq_len=4096, ep=8))
+    saved = {s.name: s.bytes for s in layer_inventory(ctx, shard_of(ctx), 0)}
+    assert saved["Q, K, V (core-attention inputs)"] == 2 * ((64 + 4) * 192 + 4 * 128) * 4096
+
+
+def test_mimo_v2_flash_has_no_context_parallelism():
+    assert "PROVIDER_NO_CP" in errors("mimo-v2-flash", cp=2, num_gpus=16)
+    assert "PROVIDER_TP_KV_HEADS" in errors("mimo-v2-flash", tp=8)  # 4 KV heads on the full layers
+    assert not {"PROVIDER_NO_CP", "PROVIDER_TP_KV_HEADS"} & errors("mimo-v2-flash", tp=4)
+    result = size_cp(SizeCpRequest(model="mimo-v2-flash", gpu="h100", seq_len=131072))
+    assert result.cp == 1 and "largest legal CP is 1" in result.reason
+    assert "Bridge provider allows CP <= 1" in result.findings[0].message
+    plans = plan_layout(PlanLayoutRequest(model="mimo-v2-flash", gpu="h100", num_gpus=128, seq_len=32768))
+    assert plans.plans and all(
+        p.settings.get("cp", 1) == 1 and p.settings.get("tp", 1) <= 4 for p in plans.plans
+    )
+
+
+def test_gemma4_moe_refuses_graphs_shared_expert_overlap_and_layernorm_recompute():
+    assert "GEMMA4_MOE_CUDA_GRAPHS" in errors(
+        "gemma-4-26b-a4b", cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"]
+    )
+    assert "GEMMA4_MOE_SHARED_EXPERT_OVERLAP" in errors("gemma-4-26b-a4b", moe_shared_expert_overlap=True)
+    assert "GEMMA4_MOE_LAYERNORM_RECOMPUTE" in errors(
+        "gemma-4-26b-a4b", recompute_granularity="selective", recompute_modules=["layernorm", "moe_act"]
+    )
+    assert not errors("gemma-4-26b-a4b", recompute_granularity="selective", recompute_modules=["moe_act"])
+    # the same settings on another family raise none of them
+    assert not {"GEMMA4_MOE_CUDA_GRAPHS", "GEMMA4_MOE_SHARED_EXPERT_OVERLAP"} & errors(
+        "qwen3-30b-a3b", moe_shared_expert_overlap=True, cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=["attn"],
+    )  # fmt: skip
+    plans = plan_layout(PlanLayoutRequest(model="gemma-4-26b-a4b", gpu="h100", num_gpus=16, seq_len=32768))
+    assert plans.plans and all(p.settings.get("cuda_graph_impl", "none") == "none" for p in plans.plans)
+
+
+def test_ulysses_is_bounded_by_the_smallest_head_shape():
+    """Gemma-4's global layers have 2 KV heads: a2a CP stops at 2, so long contexts go to all_gather (sliding
+    windows allow a2a or all_gather only in TE 2.14). Step-3.5's 8 KV heads on both shapes allow a2a up to 8."""
+    gemma, step = load_model("gemma-4-26b-a4b"), load_model("step-3.5-flash")
+    assert max_a2a_size(gemma, 1) == 2 and max_a2a_size(step, 1) == 8 and max_a2a_size(step, 8) == 1
+    assert "CP_A2A_HEADS" in errors("gemma-4-26b-a4b", cp=4, num_gpus=32, cp_comm_type="a2a")
+    assert not {"CP_A2A_HEADS"} & errors("gemma-4-26b-a4b", cp=2, num_gpus=16, cp_comm_type="a2a")
+    assert (
+        size_cp(SizeCpRequest(model="gemma-4-26b-a4b", gpu="h100", seq_len=131072)).cp_comm_type
+        == "all_gather"
+    )
+
+
+def test_tp_must_divide_every_shapes_heads():
+    codes = errors("step-3.5-flash", tp=64, num_gpus=64)  # 64 full heads divide, 96 sliding heads do not
+    assert "TP_DIVIDES_HEADS" in codes
+    ctx = build_context(
+        TrainingConfig(model="step-3.5-flash", gpu="h100", num_gpus=64, seq_len=4096, tp=64, ep=8)
+    )
+    message = next(f.message for f in run(ctx) if f.code == "TP_DIVIDES_HEADS")
+    assert "96" in message and "layer types" in message
+
+
+def test_sarvam_bridges():
+    s30, s105 = load_model("sarvam-30b"), load_model("sarvam-105b")
+    assert s30.family == "sarvam_moe" and (s30.num_attention_heads, s30.num_query_groups, s30.head_dim) == (
+        64,
+        4,
+        64,
+    )
+    assert s30.moe_shared_expert_intermediate_size == 1024 and s30.num_dense_layers == 1 and s30.qk_layernorm
+    assert s105.is_mla and s105.q_lora_rank is None and s105.kv_lora_rank == 512
+    # the MLA bridge never reads q_lora_rank, so a config that sets it still builds without query LoRA
+    assert spec_from_hf_config({**config("sarvam-105b.json"), "q_lora_rank": 1536}).q_lora_rank is None
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "message"),
+    [
+        ("gemma-4-26b-a4b-vlm.json", {"enable_moe_block": False}, r"model\.enable_moe_block=False .*dense Gemma-4"),
+        ("mimo-v2-flash.json", {"swa_num_attention_heads": 32},
+         r"model\.swa_num_attention_heads=32 .*num_attention_heads=64.*mimo_v2_flash_bridge\.py"),
+        ("mimo-v2-flash.json", {"hybrid_layer_pattern": [0, 2] * 24}, r"model\.hybrid_layer_pattern"),
+        ("mimo-v2-flash.json", {"moe_layer_freq": [1, 0] + [1] * 46}, r"model\.moe_layer_freq"),
+        ("step-3.5-flash.json", {"layer_types": ["full_attention"] * 47}, r"model\.layer_types.*45 or 48"),
+        ("step-3.5-flash.json", {"moe_layers_enum": "0,1,5"}, r"model\.moe_layers_enum"),
+        ("step-3.5-flash.json", {"attention_other_setting": {"attention_type": "sliding_attention",
+                                                            "num_attention_heads": 96, "num_attention_groups": 7}},
+         r"model\.attention_other_setting\.num_attention_groups=7"),
+    ],
+)  # fmt: skip
+def test_inconsistent_shapes_are_refused_by_key(name, change, message):
+    cfg = config(name)
+    target = cfg.get("text_config", cfg)
+    target.update(change)
+    with pytest.raises(InputError, match=message):
+        spec_from_hf_config(cfg)
+
+
+def test_step35_layer_types_may_list_the_mtp_layers():
+    cfg = config("step-3.5-flash.json")
+    assert len(cfg["layer_types"]) == 48  # 45 decoder + 3 MTP entries, as the hub writes them
+    spec = spec_from_hf_config(cfg)
+    assert (
+        spec.attention_layer_types.count("full") == 12 and spec.attention_layer_types.count("sliding") == 33
+    )
+    assert spec_from_hf_config({**cfg, "layer_types": cfg["layer_types"][:45]}) == spec
+    no_types = spec_from_hf_config({k: v for k, v in cfg.items() if k != "layer_types"})
+    assert set(no_types.attention_layer_types) == {"full"} and not no_types.attention_shapes
