@@ -180,3 +180,15 @@ def test_step35_layer_types_may_list_the_mtp_layers():
     assert spec_from_hf_config({**cfg, "layer_types": cfg["layer_types"][:45]}) == spec
     no_types = spec_from_hf_config({k: v for k, v in cfg.items() if k != "layer_types"})
     assert set(no_types.attention_layer_types) == {"full"} and not no_types.attention_shapes
+
+
+def test_models_command_shows_the_checkpoint_and_megatron_totals(capsys):
+    from moe_long_context.faces.cli import main
+
+    assert main(["models", "step-3.5-flash", "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["parameters"]
+    p = model_params(load_model("step-3.5-flash"))
+    assert counts["total (checkpoint)"] == p.checkpoint_total and counts["total"] == p.total
+    assert counts["megatron-only (in total)"] == p.total - p.checkpoint_total > 2e9
+    assert main(["models", "sarvam-30b", "--json"]) == 0
+    assert "total (checkpoint)" not in json.loads(capsys.readouterr().out)["parameters"]  # nothing differs

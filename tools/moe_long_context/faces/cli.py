@@ -146,8 +146,12 @@ def _run_tool(tool: Tool, ns: argparse.Namespace) -> int:
 
 def _parameter_counts(spec, p) -> dict[str, int]:
     """The computed counts of one model (model/params.py): what ``models ID`` and ``models FILE`` print."""
-    return {"total": p.total, "active": p.active, "embedding": p.embedding, "routed experts": p.experts,
-            "mtp (not in total)": p.mtp}  # fmt: skip
+    counts = {"total": p.total, "active": p.active, "embedding": p.embedding, "routed experts": p.experts,
+              "mtp (not in total)": p.mtp}  # fmt: skip
+    if p.megatron_only:  # Megatron allocates more than the checkpoint holds (k = v, a widened gate)
+        counts = {"total (checkpoint)": p.checkpoint_total, "active (checkpoint)": p.checkpoint_active,
+                  "megatron-only (in total)": p.megatron_only, **counts}  # fmt: skip
+    return counts
 
 
 def _models(ns: argparse.Namespace) -> int:

@@ -64,16 +64,19 @@ def families_markdown() -> str:
         "",
         "## Catalog models",
         "",
-        "Parameter counts computed by `model/params.py` (total without MTP; active per token with embeddings).",
+        "Parameter counts computed by `model/params.py`: what the checkpoint holds (total without MTP; active per "
+        "token with embeddings), and what Megatron allocates where the two differ (Gemma-4 keeps a V slice on its "
+        "k = v layers; Step-3.5 gets a full-width output gate on Megatron Core 0.19.2).",
         "",
-        "| id | family | layers | total | active | MTP |",
-        "|---|---|---|---|---|---|",
+        "| id | family | layers | total | active | Megatron total | MTP |",
+        "|---|---|---|---|---|---|---|",
     ]
     for spec in models():
         p = model_params(spec)
+        allocated = f"{p.total / 1e9:.1f}B" if p.megatron_only else "same"
         out.append(
-            f"| `{spec.id}` | `{spec.family}` | {spec.num_layers} | {p.total / 1e9:.1f}B | {p.active / 1e9:.2f}B "
-            f"| {spec.mtp_num_layers} |"
+            f"| `{spec.id}` | `{spec.family}` | {spec.num_layers} | {p.checkpoint_total / 1e9:.1f}B "
+            f"| {p.checkpoint_active / 1e9:.2f}B | {allocated} | {spec.mtp_num_layers} |"
         )
     return "\n".join(out)
 
