@@ -106,6 +106,14 @@ def test_cuda_graph_modules_is_a_real_flag_and_scope_is_deprecated():
     r = lint(megatron_args=old, gpu="h100")
     assert any(f.code == "DEPRECATED_NAME" and "--cuda-graph-scope" in f.message for f in r.findings)
     assert r.effective_config["cuda_graph_modules"] == ["attn"]
+    assert "LM_CUDA_GRAPH_SCOPE_AND_MODULES" not in [f.code for f in r.findings]
+    # both at once: arguments.py:615-618 asserts, so the launch stops (one error, the fix drops the old flag)
+    both = lint(megatron_args=old + " --cuda-graph-modules attn", gpu="h100")
+    found = [f for f in both.findings if f.code == "LM_CUDA_GRAPH_SCOPE_AND_MODULES"]
+    assert found and found[0].severity == Severity.error and "--cuda-graph-scope" in found[0].fix
+    assert "--cuda-graph-scope" not in both.corrected and "--cuda-graph-modules attn" in both.corrected
+    again = lint(megatron_args=both.corrected, gpu="h100")
+    assert "LM_CUDA_GRAPH_SCOPE_AND_MODULES" not in [f.code for f in again.findings]
 
 
 # One broken rule per family: (edits of the seed script, the error code).

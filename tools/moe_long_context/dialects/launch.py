@@ -149,6 +149,16 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         if _special_megatron(u, flag, vals, values) or _special_megatron_more(u, flag, values):
             continue
         u.not_checked.append(flag)
+    if "--cuda-graph-scope" in values and "--cuda-graph-modules" in values:
+        u.notes.append(
+            finding(
+                "LM_CUDA_GRAPH_SCOPE_AND_MODULES",
+                "--cuda-graph-scope and --cuda-graph-modules are both given: Megatron-LM 0.19 asserts they are "
+                "not used together.",
+                "Drop the deprecated --cuda-graph-scope and keep --cuda-graph-modules.",
+                ["--cuda-graph-scope", "--cuda-graph-modules"],
+            )
+        )
     _megatron_semantics(u, values)
     # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
     is_script = bool(parsed.env or parsed.launcher_tokens)

@@ -421,8 +421,8 @@ def _correct(first: _Analysis, req: LintConfigRequest) -> tuple[_Analysis, list[
         if not changed and not renames:
             break
         fixes += new_fixes
-        fixes += [AppliedFix(code="LM_UNKNOWN_FLAG" if current.dialect == "megatron-lm" else "BRIDGE_UNKNOWN_KEY",
-                             settings={name: new or "removed"}) for name, new in renames.items()]  # fmt: skip
+        fixes += [AppliedFix(code=_rename_code(current.dialect, name), settings={name: new or "removed"})
+                  for name, new in renames.items()]  # fmt: skip
         text = _written_launch(current, changed, renames)
         try:
             nxt = _analyse(current.dialect, text, req.model, req.gpu, current.num_gpus)
@@ -525,10 +525,20 @@ def _peak(ctx: Context) -> float | None:
     return round(mm.peak_rank.total / GIB, 2) if mm is not None else None
 
 
+def _rename_code(dialect: str, name: str) -> str:
+    """The rule a rename or removal of a flag (key) repairs."""
+    if dialect != "megatron-lm":
+        return "BRIDGE_UNKNOWN_KEY"
+    return "LM_CUDA_GRAPH_SCOPE_AND_MODULES" if name == "--cuda-graph-scope" else "LM_UNKNOWN_FLAG"
+
+
 def _unknown_flag_fixes(parsed: ParsedScript) -> dict[str, str | None]:
-    """Unknown flags -> their close known spelling (when not already given), or None to drop them."""
+    """Unknown flags -> their close known spelling (when not already given), or None to drop them; and the
+    deprecated --cuda-graph-scope dropped where --cuda-graph-modules is also given (arguments.py:615-618)."""
     given = {item.flag for item in parsed.items}
     out: dict[str, str | None] = {}
+    if {"--cuda-graph-scope", "--cuda-graph-modules"} <= given:
+        out["--cuda-graph-scope"] = None
     for flag in parsed.unknown:
         close = difflib.get_close_matches(flag, list(megatron_flags()), n=1, cutoff=0.75)
         out[flag] = close[0] if close and close[0] not in given else None
