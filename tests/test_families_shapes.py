@@ -192,3 +192,13 @@ def test_models_command_shows_the_checkpoint_and_megatron_totals(capsys):
     assert counts["megatron-only (in total)"] == p.total - p.checkpoint_total > 2e9
     assert main(["models", "sarvam-30b", "--json"]) == 0
     assert "total (checkpoint)" not in json.loads(capsys.readouterr().out)["parameters"]  # nothing differs
+
+
+def test_step35_warns_that_megatron_core_0_19_has_one_rope_base():
+    """Bridge 0.6.2 sets rotary_base = rope_theta[0] and stores rotary_base_per_layer, which no Megatron Core
+    0.19.2 code reads (step35_bridge.py:319-322): a warning, on Step-3.5 only, that changes no count."""
+    ctx = build_context(TrainingConfig(model="step-3.5-flash", gpu="h100", num_gpus=64, seq_len=4096, ep=8))
+    found = [f for f in run(ctx) if f.code == "STEP35_ROPE_PER_LAYER"]
+    assert len(found) == 1 and found[0].severity.value == "warning" and "#4473" in found[0].message
+    other = build_context(TrainingConfig(model="mimo-v2-flash", gpu="h100", num_gpus=64, seq_len=4096, ep=8))
+    assert "STEP35_ROPE_PER_LAYER" not in {f.code for f in run(other)}

@@ -2,7 +2,8 @@
 checks: MiMo-V2-Flash asserts CP = 1 and TP at most its smaller KV-head count (``MiMoV2FlashModelProvider.provide``),
 and Gemma-4's MoE forward refuses CUDA graphs, shared-expert overlap and selective layernorm recompute
 (``_validate_gemma4_moe_orchestration``, called from ``Gemma4ModelProvider.finalize``). These families exist only
-through Bridge's custom layers, so the rules hold for every launcher.
+through Bridge's custom layers, so the rules hold for every launcher. Step-3.5 also needs a per-layer RoPE base that
+Megatron Core 0.19.2 lacks (a warning: the model builds and trains, with other numerics).
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def provider_tp_kv_heads(ctx: Context) -> Iterator[Finding]:
             f"{name} needs TP <= its fewest KV heads ({limit}); TP={ctx.cfg.tp} (Bridge's provider asserts it).",
             f"Use TP in {[t for t in (1, 2, 4, 8) if t <= limit]}.",
             ["tp"],
+        )
+
+
+@check("launch")
+def step35_rope_per_layer(ctx: Context) -> Iterator[Finding]:
+    if ctx.model.family == "step3p5":
+        yield finding(
+            "STEP35_ROPE_PER_LAYER",
+            "Megatron Core 0.19.2 has no per-layer RoPE (rotary_base_per_layer is Megatron-LM PR #4473, dev branch "
+            "only): Bridge 0.6.2 builds Step-3.5-Flash with the first layer's rotary base for every layer, so the "
+            "sliding-window layers lose their own base and the model no longer computes what the checkpoint did.",
+            "Train Step-3.5 on a Megatron Core with rotary_base_per_layer (Bridge's Step-3.5 README asks for "
+            "Megatron-LM's dev branch); memory and step time are unaffected.",
+            [],
         )
 
 
