@@ -92,7 +92,7 @@ def enumerate_candidates(
     microbatches, and could hold their weights. What is left out is counted in ``excluded`` by reason."""
     world, seq = req.num_gpus, req.seq_len
     split_cache: dict = {}
-    experts = [e for e in powers_of_two(min(model.num_experts, world)) if model.num_experts % e == 0]
+    experts = [e for e in divisors(model.num_experts) if e <= world]  # any EP dividing the experts
     totals = model_params(model)
     dense_params = totals.total - totals.experts + totals.mtp
     usable = gpu.usable_hbm_gib * GIB
