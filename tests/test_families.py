@@ -52,14 +52,7 @@ PUBLISHED = [
     ("qwen3.5-397b-a17b", 397e9, 17e9, False, 0.5e9 / 17e9, False),
     ("minimax-m2", 230e9, 10e9, True, 0.5e9 / 10e9, False),
     ("olmoe-1b-7b", 6.9e9, 1.3e9, False, 0.05e9 / 1.3e9, False),
-    (
-        "ling-flash-2.0",
-        102_889_705_216,
-        6.1e9,
-        False,
-        0.01,
-        False,
-    ),  # the checkpoint's own count; the card rounds to 100B
+    ("ling-flash-2.0", 102_889_697_280, 6.1e9, False, 0.01, False),  # the checkpoint's count; card: 100B
     ("ernie-4.5-21b-a3b", None, 3e9, False, 0.5e9 / 3e9, False),  # 21.8B computed: the card's 21B truncates
     ("mixtral-8x7b", 46.7e9, 12.9e9, False, 0.01, False),
     ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9, False, 0.01, False),
@@ -95,15 +88,19 @@ def test_preset_counts_match_the_published_figures(
     assert spec.sources["config_json"]  # where the values were read, since the hub itself was not
 
 
-def test_ling_flash_matches_the_checkpoint_count_and_ernie_states_why_not():
-    """Ling-flash-2.0's preset gives the hub safetensors count to the parameter; ERNIE-4.5's card truncates 21.8B."""
+def test_counts_equal_what_the_checkpoints_hold_to_the_parameter():
+    """Counts published to the parameter: Ling-flash-2.0's safetensors metadata (102,889,697,280 BF16 values, plus
+    7,936 FP32 expert-bias buffers that are not parameters), the BF16 gpt-oss exports and GLM-5's transformers
+    reload in Bridge's verification cards. ERNIE-4.5's card truncates 21.8B to 21B."""
     ernie, ling = load_model("ernie-4.5-21b-a3b"), load_model("ling-flash-2.0")
     assert 21e9 <= model_params(ernie).total < 22e9 and "truncates" in ernie.sources["published"]
-    assert model_params(ling).total == 102_889_705_216 and "102,889,705,216" in ling.sources["published"]
-    hub = load_model(
-        str(DATA / "hf" / "ling-flash-2.0-hub.json")
-    )  # model_type bailing_moe, as the hub writes it
-    assert hub.family == "bailing_moe_v2" and model_params(hub).total == 102_889_705_216
+    assert model_params(ling).total == 102_889_697_280 and "102,889,697,280" in ling.sources["published"]
+    assert ling.num_moe_layers * ling.num_experts == 7_936
+    hub = load_model(str(DATA / "hf" / "ling-flash-2.0-hub.json"))  # the hub's model_type: bailing_moe
+    assert hub.family == "bailing_moe_v2" and model_params(hub).total == 102_889_697_280
+    for model, count in (("gpt-oss-120b", 116_829_156_672), ("gpt-oss-20b", 20_914_757_184),
+                         ("glm-5", 743_911_199_232)):  # fmt: skip
+        assert model_params(load_model(model)).checkpoint_total == count, model
 
 
 def test_layer_kinds_add_their_parameters():

@@ -32,11 +32,12 @@ def test_nemotron_nano_layers_by_hand():
     mamba = layer_params(spec, 0)
     assert mamba.attention == h * 10304 + 6144 * 5 + 3 * 64 + 4096 + 4096 * h
     assert mamba.replicated == h and mamba.mlp == mamba.experts == 0
-    # MoE layer: squared ReLU (not gated): 128 experts of 2 x h x 1856, a 3712-wide shared expert, router + expert bias
+    # MoE layer: squared ReLU (not gated): 128 experts of 2 x h x 1856, a 3712-wide shared expert, the router (its
+    # expert-bias correction is a buffer, router.py register_buffer, so not a parameter)
     moe = layer_params(spec, 1)
     assert moe.attention == 0
     assert moe.experts == 128 * 2 * h * 1856 and moe.active_experts == 6 * 2 * h * 1856
-    assert moe.mlp == 2 * h * 3712 and moe.replicated == h + h * 128 + 128
+    assert moe.mlp == 2 * h * 3712 and moe.replicated == h + h * 128
     # attention layer: GQA 32 heads, 2 groups of 128, no MLP
     attn = layer_params(spec, 5)
     assert attn.attention == h * (32 * 128 + 2 * 2 * 128) + 32 * 128 * h and attn.mlp == attn.experts == 0

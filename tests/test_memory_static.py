@@ -28,7 +28,8 @@ MLA_NORMS = 7168 + 1536 + 512  # input RMSNorm, q_a and kv_a layernorms (replica
 DENSE_MLP = 3 * 7168 * 18432 + 7168  # SwiGLU fc1 (2 x 18432) and fc2, plus the pre-MLP RMSNorm
 ROUTED = 256 * 3 * 7168 * 2048  # 256 routed experts, SwiGLU with moe_intermediate_size 2048
 SHARED = 3 * 7168 * 2048  # one shared expert of width 2048
-ROUTER_AND_NORM = 7168 * 256 + 256 + 7168  # router, sigmoid expert bias, pre-MLP RMSNorm
+# router and pre-MLP RMSNorm (the sigmoid expert bias is a buffer, not a parameter)
+ROUTER_AND_NORM = 7168 * 256 + 7168
 EMBEDDING = 129280 * 7168  # vocabulary table (Bridge keeps the published vocab, TP = 1)
 MTP_DENSE = MLA + MLA_NORMS + 2 * 7168 * 7168 + SHARED + ROUTER_AND_NORM + 3 * 7168  # + eh_proj, 3 norms
 

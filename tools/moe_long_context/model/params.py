@@ -4,7 +4,7 @@ Formulas follow Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (c
 GQA, MLA, dense and MoE MLPs, extended with what that file leaves out: biases (gpt-oss), attention
 sinks, Q/K norms (per head, or over all heads as OLMoE and MiniMax-M2 have them), Q/K/V-only biases, the
 attention output gate, per-layer-type head shapes (Gemma-4, Step-3.5, MiMo-V2-Flash), a V narrower than Q and K,
-Gated DeltaNet layers (Qwen3-Next), expert-bias routing
+Gated DeltaNet layers (Qwen3-Next)
 and the MTP block (``eh_proj`` plus two norms plus one transformer layer).
 """
 
@@ -125,8 +125,10 @@ def mlp_params(spec: ModelSpec, is_moe: bool, layer_type: str = "full") -> tuple
     experts = spec.num_experts * expert
     active = spec.moe_router_topk * expert
     replicated += h * spec.num_experts  # router
-    if spec.add_bias_linear or spec.moe_router_score_function == "sigmoid":
-        replicated += spec.num_experts  # router bias / expert-bias correction
+    if spec.add_bias_linear:
+        replicated += spec.num_experts  # router bias (gpt-oss)
+    # a sigmoid router's expert-bias correction is a buffer, not a parameter, in Megatron (TopKRouter expert_bias)
+    # and in the checkpoint (e_score_correction_bias): no optimizer state, and no part of any published count
     shared = 0
     if spec.moe_shared_expert_intermediate_size:
         shared = _ffn(spec, spec.moe_shared_expert_intermediate_size)
