@@ -44,6 +44,7 @@ EXPECTED_IDS = {
     "mimo-v2-flash",
     "sarvam-30b",
     "sarvam-105b",
+    "k-exaone-236b-a23b",
 }
 
 

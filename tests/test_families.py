@@ -27,28 +27,15 @@ FIXTURES = sorted((DATA / "hf").glob("*.json"))
 # where a card counts without the embedding and output tables, "active" (and with the last flag "total" too) is
 # compared without them. A card figure given to one or two digits ("10B") is matched to that rounding, never closer.
 #   (id, total, active, active without embeddings?, active tolerance, total without embeddings?)
+# fmt: off
 PUBLISHED = [
     ("glm-4.5", 355e9, 32e9, True, 0.01, False),
     ("glm-4.5-air", 106e9, 12e9, True, 0.5e9 / 12e9, False),  # "12 billion": rounded
     ("glm-4.7", 355e9, 32e9, True, 0.01, False),  # GLM-4.5's figures: same architecture (unconfirmed for 4.7)
     ("glm-4.7-flash", 30e9, 3e9, True, 0.5e9 / 3e9, False),  # "30B-A3B" from the name
     ("deepseek-v2", 236e9, 21e9, False, 0.5e9 / 21e9, False),
-    (
-        "deepseek-v2-lite",
-        15.7e9,
-        2.4e9,
-        True,
-        0.06,
-        False,
-    ),  # 2.28B without the tables; 2.49B with the input one
-    (
-        "qwen3.5-35b-a3b",
-        35e9,
-        3e9,
-        False,
-        0.5e9 / 3e9,
-        False,
-    ),  # language model only (the hub adds a vision tower)
+    ("deepseek-v2-lite", 15.7e9, 2.4e9, True, 0.06, False),  # 2.28B without the tables, 2.49B with the input one
+    ("qwen3.5-35b-a3b", 35e9, 3e9, False, 0.5e9 / 3e9, False),  # language model only (the hub adds vision)
     ("qwen3.5-397b-a17b", 397e9, 17e9, False, 0.5e9 / 17e9, False),
     ("minimax-m2", 230e9, 10e9, True, 0.5e9 / 10e9, False),
     ("olmoe-1b-7b", 6.9e9, 1.3e9, False, 0.05e9 / 1.3e9, False),
@@ -60,15 +47,10 @@ PUBLISHED = [
     ("step-3.5-flash", 196.81e9, 11e9, True, 0.5e9 / 11e9, False),  # "~11B": without the 1.06B of tables
     ("mimo-v2-flash", 309e9, 15e9, False, 0.5e9 / 15e9, False),
     ("sarvam-30b", 30e9, 2.4e9, True, 0.05e9 / 2.4e9, True),  # both figures leave out the 2.1B of tables
-    (
-        "sarvam-105b",
-        105e9,
-        10.3e9,
-        True,
-        0.01,
-        False,
-    ),  # total within 1 % only with the tables (the card is silent)
+    ("sarvam-105b", 105e9, 10.3e9, True, 0.01, False),  # total within 1 % only with the tables
+    ("k-exaone-236b-a23b", 236e9, 23e9, False, 0.03, False),  # "A23B": 23.67B with both tables, 22.73B with one
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize(
@@ -131,7 +113,7 @@ JOBS = [
     ("deepseek-v2-lite", 8), ("qwen3.5-35b-a3b", 16), ("qwen3.5-397b-a17b", 256), ("minimax-m2", 128),
     ("olmoe-1b-7b", 8), ("ling-flash-2.0", 32), ("ernie-4.5-21b-a3b", 8), ("mixtral-8x7b", 16),
     ("qwen1.5-moe-a2.7b", 8), ("gemma-4-26b-a4b", 16), ("step-3.5-flash", 128), ("mimo-v2-flash", 128),
-    ("sarvam-30b", 16), ("sarvam-105b", 64),
+    ("sarvam-30b", 16), ("sarvam-105b", 64), ("k-exaone-236b-a23b", 64),
     *((str(p), 64 if "mimo" not in p.stem and "step" not in p.stem else 128) for p in FIXTURES),
 ]  # fmt: skip
 

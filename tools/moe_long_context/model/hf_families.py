@@ -162,7 +162,12 @@ def _leading_dense(key: str, moe: list[bool], num_layers: int) -> int:
 
 def _dense_layers(keys: _Keys, rule: Any, num_layers: int) -> tuple[int, str]:
     r = keys.r
-    if isinstance(rule, Mapping) and "moe_list" in rule:  # MiMo-V2-Flash moe_layer_freq: 0 dense, 1 MoE
+    listed = (
+        isinstance(rule, Mapping)
+        and "moe_list" in rule
+        and ("first_k" not in rule or keys.has(rule["moe_list"]))
+    )
+    if listed:  # MiMo-V2-Flash moe_layer_freq (0 dense, 1 MoE), K-EXAONE is_moe_layer (false / true)
         key = rule["moe_list"]
         marks = keys.get(key)[0]
         if not isinstance(marks, list) or any(m not in (0, 1) for m in marks):
