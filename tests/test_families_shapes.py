@@ -201,3 +201,31 @@ def test_step35_warns_that_megatron_core_0_19_has_one_rope_base():
     assert len(found) == 1 and found[0].severity.value == "warning" and "#4473" in found[0].message
     other = build_context(TrainingConfig(model="mimo-v2-flash", gpu="h100", num_gpus=64, seq_len=4096, ep=8))
     assert "STEP35_ROPE_PER_LAYER" not in {f.code for f in run(other)}
+
+
+@pytest.mark.parametrize(
+    ("model", "overrides", "num_gpus", "fixed"),
+    [
+        ("gemma-4-26b-a4b",
+         ["model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=8",
+          "model.cuda_graph_impl=transformer_engine", "model.cuda_graph_modules=[attn]",
+          "model.moe_shared_expert_overlap=true", "model.recompute_granularity=selective",
+          "model.recompute_modules=[layernorm,moe_act]", "model.seq_length=32768", "model.sequence_parallel=true"],
+         16, {"GEMMA4_MOE_CUDA_GRAPHS", "GEMMA4_MOE_LAYERNORM_RECOMPUTE", "GEMMA4_MOE_SHARED_EXPERT_OVERLAP"}),
+        ("mimo-v2-flash",
+         ["model.tensor_model_parallel_size=8", "model.context_parallel_size=2", "model.expert_model_parallel_size=8",
+          "model.seq_length=8192", "model.sequence_parallel=true", "model.cp_comm_type=a2a"],
+         64, {"PROVIDER_TP_KV_HEADS", "PROVIDER_NO_CP"}),
+    ],
+)  # fmt: skip
+def test_provider_errors_are_repaired_and_the_repair_lints_clean(model, overrides, num_gpus, fixed):
+    from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
+
+    first = lint_config(
+        LintConfigRequest(bridge_overrides=overrides, model=model, gpu="h100", num_gpus=num_gpus)
+    )
+    assert fixed <= {f.code for f in first.fixes}
+    again = lint_config(
+        LintConfigRequest(bridge_overrides=first.corrected, model=model, gpu="h100", num_gpus=num_gpus)
+    )
+    assert not [f.code for f in again.findings if f.severity.value == "error"]

@@ -46,6 +46,13 @@ def _split(ctx: Context) -> Patch:
     return settings
 
 
+def _tp_within_kv_heads(ctx: Context) -> Patch:
+    from ..engine.rules.providers import max_tp
+
+    limit = max_tp(ctx.model)
+    return {"tp": max(t for t in (1, 2, 4, 8) if t <= limit)} if limit else None
+
+
 def _gbs(ctx: Context) -> Patch:
     c, dp = ctx.cfg, ctx.layout.dp
     if dp is None:
@@ -268,6 +275,12 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
         {"sequence_parallel": True} if ctx.cfg.tp > 1 else {"tp_comm_overlap": False}
     ),
     "DELAY_WGRAD_NEEDS_EP_OVERLAP": lambda ctx: {"delay_wgrad_compute": False},
+    # what a family's Bridge provider refuses (rules/providers.py)
+    "PROVIDER_NO_CP": lambda ctx: {"cp": 1, "cp_comm_type": None, "hierarchical_cp_sizes": None},
+    "PROVIDER_TP_KV_HEADS": _tp_within_kv_heads,
+    "GEMMA4_MOE_CUDA_GRAPHS": lambda ctx: {"cuda_graph_impl": "none", "cuda_graph_modules": None},
+    "GEMMA4_MOE_SHARED_EXPERT_OVERLAP": lambda ctx: {"moe_shared_expert_overlap": False},
+    "GEMMA4_MOE_LAYERNORM_RECOMPUTE": _without("recompute_modules", "layernorm"),
 }
 
 
