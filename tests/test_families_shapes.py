@@ -116,6 +116,20 @@ def test_ulysses_is_bounded_by_the_smallest_head_shape():
     gemma, step = load_model("gemma-4-26b-a4b"), load_model("step-3.5-flash")
     assert max_a2a_size(gemma, 1) == 2 and max_a2a_size(step, 1) == 8 and max_a2a_size(step, 8) == 1
     assert "CP_A2A_HEADS" in errors("gemma-4-26b-a4b", cp=4, num_gpus=32, cp_comm_type="a2a")
+    ctx = build_context(
+        TrainingConfig(
+            model="gemma-4-26b-a4b",
+            gpu="h100",
+            num_gpus=16,
+            seq_len=65536,
+            tp=4,
+            cp=2,
+            ep=8,
+            cp_comm_type="a2a",
+        )
+    )
+    message = next(f.message for f in run(ctx) if f.code == "CP_A2A_HEADS")
+    assert "4 query and 1 KV heads per rank on its full-attention layers" in message  # 2 KV heads, replicated
     assert not {"CP_A2A_HEADS"} & errors("gemma-4-26b-a4b", cp=2, num_gpus=16, cp_comm_type="a2a")
     assert (
         size_cp(SizeCpRequest(model="gemma-4-26b-a4b", gpu="h100", seq_len=131072)).cp_comm_type

@@ -124,14 +124,22 @@ def comm_type_findings(
         effective if comm is not None else f"{effective} (what {launcher} uses when cp_comm_type is unset)"
     )
     if a2a_size and a2a_size > 1:
-        q, kv = next(
+        shapes = {
+            kind: model.attention_shape(kind)
+            for kind in ("full", "sliding")
+            if kind in model.attention_layer_types
+        }
+        q, kv, where = next(
             (
-                (q_heads_per_tp_rank(model, tp, s), kv_heads_per_tp_rank(model, tp, s))
-                for s in model.softmax_attention_shapes
+                (q_heads_per_tp_rank(model, tp, s), kv_heads_per_tp_rank(model, tp, s), kind)
+                for kind, s in shapes.items()
                 if q_heads_per_tp_rank(model, tp, s) % a2a_size
                 or kv_heads_per_tp_rank(model, tp, s) % a2a_size
             ),
-            (q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp)),
+            (q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp), None),
+        )
+        where = (
+            f" on its {where}-attention layers" if where and len(model.softmax_attention_shapes) > 1 else ""
         )
         if q % a2a_size or kv % a2a_size:
             largest = max_a2a_size(model, tp)
@@ -152,7 +160,7 @@ def comm_type_findings(
                 finding(
                     "CP_A2A_HEADS",
                     f"a2a over {a2a_size} ranks needs the heads per TP rank divisible by {a2a_size}: "
-                    f"TP={tp} leaves {q} query and {kv} KV heads per rank.",
+                    f"TP={tp} leaves {q} query and {kv} KV heads per rank{where}.",
                     fix,
                     [*keys, "cp", "tp"],
                 )
