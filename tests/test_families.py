@@ -70,6 +70,22 @@ def test_preset_counts_match_the_published_figures(
     assert spec.sources["config_json"]  # where the values were read, since the hub itself was not
 
 
+# The config.json fixtures of families without a preset, against their model cards' (rounded) figures.
+FIXTURE_PUBLISHED = [
+    ("dots.llm1", 142e9, 14e9),  # rednote-hilab/dots.llm1.base: 142B total, 14B active
+    ("hunyuan-a13b", 80e9, 13e9),  # tencent/Hunyuan-A13B: 80B total, 13B active
+    ("qwen2-57b-a14b", 57e9, 14e9),  # Qwen/Qwen2-57B-A14B: 57B total, 14B active
+    ("glm-4.6", 355e9, 32e9),  # zai-org/GLM-4.6: GLM-4.5's 355B / 32B
+]
+
+
+@pytest.mark.parametrize(("name", "total", "active"), FIXTURE_PUBLISHED)
+def test_fixture_counts_match_the_published_figures(name, total, active):
+    p = model_params(load_model(str(DATA / "hf" / f"{name}.json")))
+    assert abs(p.checkpoint_total / total - 1) < 0.01, p.checkpoint_total
+    assert abs(p.checkpoint_active - active) <= 0.5e9 or abs(p.checkpoint_active - p.embedding - active) <= 0.5e9
+
+
 def test_counts_equal_what_the_checkpoints_hold_to_the_parameter():
     """Counts published to the parameter: Ling-flash-2.0's safetensors metadata (102,889,697,280 BF16 values, plus
     7,936 FP32 expert-bias buffers that are not parameters), the BF16 gpt-oss exports and GLM-5's transformers
