@@ -83,7 +83,9 @@ FIXTURE_PUBLISHED = [
 def test_fixture_counts_match_the_published_figures(name, total, active):
     p = model_params(load_model(str(DATA / "hf" / f"{name}.json")))
     assert abs(p.checkpoint_total / total - 1) < 0.01, p.checkpoint_total
-    assert abs(p.checkpoint_active - active) <= 0.5e9 or abs(p.checkpoint_active - p.embedding - active) <= 0.5e9
+    assert (
+        abs(p.checkpoint_active - active) <= 0.5e9 or abs(p.checkpoint_active - p.embedding - active) <= 0.5e9
+    )
 
 
 def test_counts_equal_what_the_checkpoints_hold_to_the_parameter():

@@ -243,3 +243,18 @@ def test_provider_errors_are_repaired_and_the_repair_lints_clean(model, override
         LintConfigRequest(bridge_overrides=first.corrected, model=model, gpu="h100", num_gpus=num_gpus)
     )
     assert not [f.code for f in again.findings if f.severity.value == "error"]
+
+
+def test_attention_flops_use_each_layer_types_own_heads():
+    """Core attention per token: 2 x heads x (d_qk + d_v) / 2 x keys. Gemma-4's sliding layers (16 heads of 256)
+    count their own shape over the window in time, and over the whole sequence in model FLOPs; its global layers
+    (16 heads of 512) twice the width."""
+    from moe_long_context.engine.step_time import layer_flops_per_token
+
+    spec, seq = load_model("gemma-4-26b-a4b"), 131072
+    sliding = layer_flops_per_token(spec, 0, seq) - layer_flops_per_token(spec, 0, 1)
+    assert sliding == 2 * 16 * 256 * (2 * 1024 - 1)  # the window caps the keys at 2 x 1024 (causal halving)
+    as_full = layer_flops_per_token(spec, 0, seq, sliding_as_full=True) - layer_flops_per_token(spec, 0, seq)
+    assert as_full == 2 * 16 * 256 * (seq - 2 * 1024)
+    full = layer_flops_per_token(spec, 5, seq) - layer_flops_per_token(spec, 5, 1)
+    assert full == 2 * 16 * 512 * (seq - 1)

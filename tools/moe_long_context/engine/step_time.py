@@ -155,8 +155,11 @@ class StepTime:
 # --------------------------------------------------------------------------- FLOPs
 
 
-def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float:
-    """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving)."""
+def _core_attention_flops_per_token(
+    spec: ModelSpec, layer_type: str, seq: int, window_as_full: bool = False
+) -> float:
+    """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving). ``window_as_full``
+    counts a sliding-window layer (with its own head shape) over the whole sequence, as model FLOPs do."""
     hybrid = hybrid_core_flops_per_token(spec, layer_type, seq)  # Mamba, DSA and MLP-only layers
     if hybrid is not None:
         return hybrid
@@ -171,7 +174,8 @@ def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) 
         width = (
             shape.num_attention_heads * (shape.head_dim + shape.value_dim) / 2
         )  # (QK^T + AV) x causal half
-    keys = seq if layer_type != "sliding" or not spec.sliding_window else min(seq, 2 * spec.sliding_window)
+    windowed = layer_type == "sliding" and spec.sliding_window and not window_as_full
+    keys = min(seq, 2 * spec.sliding_window) if windowed else seq
     return 2 * width * keys
 
 
@@ -181,8 +185,8 @@ def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full
     attn, _ = attention_params(spec, layer_type)
     shared, _, active, _ = mlp_params(spec, spec.moe_layers[index], layer_type)
     router = spec.hidden_size * spec.num_experts if spec.moe_layers[index] else 0
-    core_type = "full" if sliding_as_full and layer_type == "sliding" else layer_type
-    return 2 * (attn + shared + active + router) + _core_attention_flops_per_token(spec, core_type, seq)
+    core = _core_attention_flops_per_token(spec, layer_type, seq, window_as_full=sliding_as_full)
+    return 2 * (attn + shared + active + router) + core
 
 
 def model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
