@@ -258,3 +258,22 @@ def test_attention_flops_use_each_layer_types_own_heads():
     assert as_full == 2 * 16 * 256 * (seq - 2 * 1024)
     full = layer_flops_per_token(spec, 5, seq) - layer_flops_per_token(spec, 5, 1)
     assert full == 2 * 16 * 512 * (seq - 1)
+
+
+def test_gemma4_logit_softcapping_keeps_one_more_logits_tensor():
+    """scale x tanh(logits / scale) (modeling_gemma4.py _logit_softcapping): tanh keeps its BF16 output, one
+    tokens x vocab / TP tensor: 2 B x 262,144 / 4 x 4096 = 0.5 GiB on the loss stage at the SFT recipe's shape."""
+    from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
+
+    assert load_model("gemma-4-26b-a4b").final_logit_softcapping == 30.0
+    result = estimate_memory(
+        EstimateMemoryRequest(model="gemma-4-26b-a4b", gpu="h100", num_gpus=8, seq_len=4096, tp=4, ep=8, etp=1,
+                              mbs=1, gbs=32, recompute_granularity="full", recompute_method="uniform",
+                              recompute_num_layers=1)
+    )  # fmt: skip
+    rows = {c["component"]: c["gib"] for c in result.model_dump()["breakdown"][-1]["components"]}
+    assert rows["activations: logit softcapping (tanh output)"] == 0.5
+    bad = {**config("gemma-4-26b-a4b-vlm.json")}
+    bad["text_config"] = {**bad["text_config"], "final_logit_softcapping": "30"}
+    with pytest.raises(InputError, match=r"model\.final_logit_softcapping='30'"):
+        spec_from_hf_config(bad)

@@ -150,6 +150,10 @@ def chunk_activations(
         norm = 2 * BF16 * h * rows
         terms["final norm and logits for the loss" + (" (+ MTP)" if mtp else "")] = heads * (logits + norm)
         kept_bytes += heads * (logits + norm)
+        if m.final_logit_softcapping:  # scale * tanh(logits / scale): tanh keeps its BF16 output for backward
+            capped = heads * BF16 * padded_vocab(ctx) / c.tp * sh.tokens
+            terms["logit softcapping (tanh output)"] = capped
+            kept_bytes += capped
     return ChunkActivations(kept=kept_bytes, layer_transient=transient, terms=terms)
 
 

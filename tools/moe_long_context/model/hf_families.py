@@ -294,7 +294,9 @@ def _shapes(keys: _Keys, entry: Mapping[str, Any], kinds: tuple[str, ...]) -> No
 
 
 _TEXT_FIELDS = {"moe_router_score_function"}
-_OPTIONAL_FIELDS = {"q_lora_rank", "sliding_window", "moe_router_num_groups", "moe_router_group_topk"}
+_FLOAT_FIELDS = {"final_logit_softcapping"}
+_OPTIONAL_FIELDS = {"q_lora_rank", "sliding_window", "moe_router_num_groups", "moe_router_group_topk",
+                    "final_logit_softcapping"}  # fmt: skip
 
 
 def convert_table_family(r: Reader, model_type: str) -> None:
@@ -331,6 +333,10 @@ def convert_table_family(r: Reader, model_type: str) -> None:
             value = bool(value)
         elif field in _OPTIONAL_FIELDS and (not value or (field.startswith("moe_router_") and value == 1)):
             continue  # q_lora_rank null: no query compression; n_group 1: no group-limited routing
+        elif field in _FLOAT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise InputError(f"model.{key}", value, "a positive number, or null")
+            value = float(value)
         elif field not in _TEXT_FIELDS:
             value = keys.int(key, low=0 if field == "mtp_num_layers" else 1)
         r.set(field, value, why)

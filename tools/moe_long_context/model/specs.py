@@ -102,6 +102,12 @@ class ModelSpec(BaseModel):
         default="rope",
         description="rope, or learned_absolute (a max_position_embeddings x hidden table on the first stage).",
     )
+    final_logit_softcapping: float | None = Field(
+        default=None,
+        gt=0,
+        description="cap x tanh(logits / cap) on the output layer (Gemma-4: 30); autograd keeps the tanh output, "
+        "one more logits-sized BF16 tensor per loss head.",
+    )
     hidden_dropout: float = Field(
         default=0.0,
         ge=0.0,
