@@ -277,3 +277,25 @@ def test_gemma4_logit_softcapping_keeps_one_more_logits_tensor():
     bad["text_config"] = {**bad["text_config"], "final_logit_softcapping": "30"}
     with pytest.raises(InputError, match=r"model\.final_logit_softcapping='30'"):
         spec_from_hf_config(bad)
+
+
+ODD_VALUES = [None, 0, -1, 3.5, "x", "3,4", [], [1, 0], {}, {"a": 1}, True, 10**9, [None], float("nan")]
+NEW_KEYS = ["model_type", "architectures", "attention_other_setting", "moe_layers_enum", "hybrid_layer_pattern",
+            "moe_layer_freq", "is_moe_layer", "layer_types", "swa_num_key_value_heads", "global_head_dim",
+            "num_global_key_value_heads", "attention_k_eq_v", "final_logit_softcapping", "share_expert_dim",
+            "num_attention_groups", "v_head_dim", "num_shared_experts", "text_config"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", ["gemma-4-26b-a4b-vlm.json", "step-3.5-flash.json", "mimo-v2-flash.json", "sarvam-105b.json"]
+)
+def test_odd_values_of_the_new_keys_are_refused_by_name_never_a_crash(name):
+    for key in NEW_KEYS:
+        for value in ODD_VALUES:
+            cfg = config(name)
+            target = cfg["text_config"] if key in cfg.get("text_config", {}) else cfg
+            target[key] = value
+            try:
+                spec_from_hf_config(cfg)
+            except InputError as exc:
+                assert str(exc).startswith("model"), (key, value, str(exc))
