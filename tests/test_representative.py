@@ -79,7 +79,7 @@ def test_the_bridge_recipe_layouts():
     """Bridge 0.6.2's recipes for the issue-15 families, each named by its recipe function."""
     assert {lay.config["model"] for lay in recipe_layouts()} == {
         "glm-4.5", "glm-4.5-air", "deepseek-v2", "deepseek-v2-lite", "olmoe-1b-7b", "qwen3.5-35b-a3b",
-        "gemma-4-26b-a4b", "step-3.5-flash", "k-exaone-236b-a23b",
+        "gemma-4-26b-a4b", "step-3.5-flash", "k-exaone-236b-a23b", "qwen3.5-397b-a17b",
     }  # fmt: skip
     for lay in recipe_layouts():
         assert (
