@@ -338,7 +338,9 @@ def spec_from_hf_config(
     cfg, origin = read_config_json(source)
     model_type = cfg.get("model_type")
     family = _family_of(model_type) if isinstance(model_type, str) else None
-    by_architecture = model_type is None or (isinstance(model_type, str) and model_type not in REFUSED_MODEL_TYPES)
+    by_architecture = model_type is None or (
+        isinstance(model_type, str) and model_type not in REFUSED_MODEL_TYPES
+    )
     family = family or (_family_by_architecture(cfg) if by_architecture else None)
     if family is None:
         raise refuse_model_type(model_type)

@@ -276,12 +276,9 @@ class ModelSpec(BaseModel):
             )
         return self
 
-    def attention_shape(self, layer_type: str = "full") -> AttentionShape:
-        """The head geometry of a softmax-attention layer of ``layer_type`` (full, sliding or dsa)."""
-        shape = self.attention_shapes.get(layer_type)  # type: ignore[call-overload]
-        if shape is not None:
-            return shape
-        return AttentionShape.model_construct(
+    @cached_property
+    def _shapes_by_type(self) -> dict[str, AttentionShape]:
+        trunk = AttentionShape.model_construct(
             num_attention_heads=self.num_attention_heads,
             num_query_groups=self.num_query_groups,
             head_dim=self.head_dim,
@@ -289,8 +286,13 @@ class ModelSpec(BaseModel):
             softmax_sinks=self.softmax_sinks,
             k_eq_v=False,
         )
+        return {kind: self.attention_shapes.get(kind, trunk) for kind in ("full", "sliding", "dsa")}  # type: ignore[call-overload]
 
-    @property
+    def attention_shape(self, layer_type: str = "full") -> AttentionShape:
+        """The head geometry of a softmax-attention layer of ``layer_type`` (full, sliding or dsa)."""
+        return self._shapes_by_type.get(layer_type) or self._shapes_by_type["full"]
+
+    @cached_property
     def softmax_attention_shapes(self) -> tuple[AttentionShape, ...]:
         """Every distinct head geometry among the softmax-attention layers (one for most models)."""
         kinds = [t for t in ("full", "sliding", "dsa") if t in self.attention_layer_types] or ["full"]

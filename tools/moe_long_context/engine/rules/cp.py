@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from math import prod
+from math import gcd, prod
 
 from ...model.specs import AttentionShape, GpuSpec, ModelSpec
 from ..context import Context
@@ -35,7 +35,7 @@ def max_a2a_size(model: ModelSpec, tp: int) -> int:
     attention layer shape."""
     heads = [q_heads_per_tp_rank(model, tp, s) for s in model.softmax_attention_shapes]
     heads += [kv_heads_per_tp_rank(model, tp, s) for s in model.softmax_attention_shapes]
-    return max(d for d in range(1, min(heads) + 1) if all(n % d == 0 for n in heads))
+    return gcd(*heads)  # the largest degree dividing every head count
 
 
 def comm_type_findings(
