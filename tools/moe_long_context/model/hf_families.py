@@ -150,12 +150,13 @@ def _layer_types(keys: _Keys, layers: Any, num_layers: int) -> tuple[tuple[str, 
     return kinds, f"sliding window with full attention every {period}th layer ({why})"
 
 
-def _leading_dense(key: str, moe: list[bool], num_layers: int) -> int:
-    """The count of leading dense layers of a per-layer MoE list; refused unless the rest are all MoE."""
+def _leading_dense(key: str, value: Any, moe: list[bool], num_layers: int) -> int:
+    """The count of leading dense layers of a per-layer MoE list (``value`` as config.json writes it); refused
+    unless the rest are all MoE."""
     dense = next((i for i, m in enumerate(moe) if m), num_layers)
     if len(moe) != num_layers or not all(moe[dense:]) or dense >= num_layers:
         raise InputError(
-            f"model.{key}", None, f"{num_layers} layers: leading dense layers, then MoE up to the last layer"
+            f"model.{key}", value, f"{num_layers} layers: leading dense layers, then MoE up to the last layer"
         )
     return dense
 
@@ -172,7 +173,7 @@ def _dense_layers(keys: _Keys, rule: Any, num_layers: int) -> tuple[int, str]:
         marks = keys.get(key)[0]
         if not isinstance(marks, list) or any(m not in (0, 1) for m in marks):
             raise InputError(f"model.{key}", marks, f"a list of {num_layers} entries, 0 (dense) or 1 (MoE)")
-        return _leading_dense(key, [m == 1 for m in marks], num_layers), f"{r.origin}: {key}"
+        return _leading_dense(key, marks, [m == 1 for m in marks], num_layers), f"{r.origin}: {key}"
     if isinstance(rule, Mapping) and "moe_enum" in rule:  # Step-3.5 moe_layers_enum: "3,4,...,44" or a list
         key = rule["moe_enum"]
         listed = keys.get(key)[0]
@@ -185,22 +186,16 @@ def _dense_layers(keys: _Keys, rule: Any, num_layers: int) -> tuple[int, str]:
                 f"model.{key}", listed, "layer indices, as a list or a comma-separated string"
             ) from None
         moe = [i in indices for i in range(num_layers)]
-        return _leading_dense(key, moe, num_layers), keys.get(key)[1]
-    if "mlp_layer_types" in r.cfg and r.cfg["mlp_layer_types"] is not None:
+        return _leading_dense(key, listed, moe, num_layers), keys.get(key)[1]
+    if (
+        "mlp_layer_types" in r.cfg and r.cfg["mlp_layer_types"] is not None
+    ):  # transformers' dense / sparse list
         kinds = r.cfg["mlp_layer_types"]
-        dense = (
-            next((i for i, k in enumerate(kinds) if k != "dense"), len(kinds))
-            if isinstance(kinds, list)
-            else 0
-        )
-        if (
-            not isinstance(kinds, list)
-            or len(kinds) != num_layers
-            or any(k != "sparse" for k in kinds[dense:])
-        ):
+        if not isinstance(kinds, list) or any(k not in ("dense", "sparse") for k in kinds):
             raise InputError(
-                "model.mlp_layer_types", kinds, f"{num_layers} entries: leading 'dense' layers, then 'sparse'"
+                "model.mlp_layer_types", kinds, f"a list of {num_layers} entries, 'dense' or 'sparse'"
             )
+        dense = _leading_dense("mlp_layer_types", kinds, [k == "sparse" for k in kinds], num_layers)
         return dense, f"{r.origin}: mlp_layer_types"
     if rule == "none":
         return 0, "every layer is MoE"
