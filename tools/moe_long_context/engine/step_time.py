@@ -320,15 +320,7 @@ def step_time(
             if layer_type == "dsa":  # DSA all-gathers its MLA latent and indexer keys, not per-head K/V
                 kv_width = dsa_gathered_width(m)
             kv_bytes = tokens * kv_width * bytes_act / c.tp
-            heads = shape.num_attention_heads if not m.is_mla else m.num_attention_heads
-            qo_bytes = (
-                tokens
-                * heads
-                * (m.v_head_dim or m.head_dim if m.is_mla else shape.value_dim)
-                * 2
-                * bytes_act
-                / c.tp
-            )
+            qo_bytes = tokens * shape.num_attention_heads * shape.value_dim * 2 * bytes_act / c.tp
             comm = ctx.cp_comm_type
             a2a, ring = {"a2a": (c.cp, 1), "p2p": (1, c.cp), "all_gather": (1, c.cp)}.get(comm, (1, c.cp))
             if comm == "a2a+p2p":

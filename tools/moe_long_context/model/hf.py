@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -266,15 +267,21 @@ CONVERTER_ARCHITECTURES = {
 }
 
 
+@cache
+def _architecture_families() -> dict[str, str]:
+    known = dict(CONVERTER_ARCHITECTURES)
+    for family, entry in family_table().items():
+        known.update(dict.fromkeys(entry.get("architectures", ()), family))
+    return known
+
+
 def _family_by_architecture(cfg: Mapping[str, Any]) -> str | None:
     """The family Bridge's AutoBridge would pick from ``architectures`` (it dispatches on the class name), for a
     config whose model_type the loader does not know, e.g. Ling-flash-2.0's ``bailing_moe``."""
     names = cfg.get("architectures")
     if not isinstance(names, list):
         return None
-    known = dict(CONVERTER_ARCHITECTURES)
-    for family, entry in family_table().items():
-        known.update(dict.fromkeys(entry.get("architectures", ()), family))
+    known = _architecture_families()
     return next((known[n] for n in names if isinstance(n, str) and n in known), None)
 
 

@@ -282,7 +282,7 @@ class ModelSpec(BaseModel):
             num_attention_heads=self.num_attention_heads,
             num_query_groups=self.num_query_groups,
             head_dim=self.head_dim,
-            v_head_dim=self.v_head_dim if not self.is_mla else None,
+            v_head_dim=self.v_head_dim,
             softmax_sinks=self.softmax_sinks,
             k_eq_v=False,
         )
@@ -293,15 +293,15 @@ class ModelSpec(BaseModel):
         return self._shapes_by_type.get(layer_type) or self._shapes_by_type["full"]
 
     @cached_property
+    def shapes_of_layer_types(self) -> dict[str, AttentionShape]:
+        """The head geometry of each softmax-attention layer type the model has (full alone when it has none)."""
+        kinds = [t for t in ("full", "sliding", "dsa") if t in self.attention_layer_types] or ["full"]
+        return {kind: self.attention_shape(kind) for kind in kinds}
+
+    @cached_property
     def softmax_attention_shapes(self) -> tuple[AttentionShape, ...]:
         """Every distinct head geometry among the softmax-attention layers (one for most models)."""
-        kinds = [t for t in ("full", "sliding", "dsa") if t in self.attention_layer_types] or ["full"]
-        shapes: list[AttentionShape] = []
-        for kind in kinds:
-            shape = self.attention_shape(kind)
-            if shape not in shapes:
-                shapes.append(shape)
-        return tuple(shapes)
+        return tuple(dict.fromkeys(self.shapes_of_layer_types.values()))
 
     def tp_splits_attention(self, tp: int) -> bool:
         """TP divides every layer shape's query heads, and each shape's KV heads divide TP or are a multiple of

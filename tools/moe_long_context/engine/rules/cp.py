@@ -22,11 +22,7 @@ def kv_heads_per_tp_rank(model: ModelSpec, tp: int, shape: AttentionShape | None
 
 
 def q_heads_per_tp_rank(model: ModelSpec, tp: int, shape: AttentionShape | None = None) -> int:
-    n = (
-        (shape or model.attention_shape()).num_attention_heads
-        if not model.is_mla
-        else model.num_attention_heads
-    )
+    n = (shape or model.attention_shape()).num_attention_heads
     return n // tp if n % tp == 0 else 1
 
 
@@ -124,19 +120,12 @@ def comm_type_findings(
         effective if comm is not None else f"{effective} (what {launcher} uses when cp_comm_type is unset)"
     )
     if a2a_size and a2a_size > 1:
-        shapes = {
-            kind: model.attention_shape(kind)
-            for kind in ("full", "sliding")
-            if kind in model.attention_layer_types
-        }
+        per_kind = [
+            (q_heads_per_tp_rank(model, tp, s), kv_heads_per_tp_rank(model, tp, s), kind)
+            for kind, s in model.shapes_of_layer_types.items()
+        ]
         q, kv, where = next(
-            (
-                (q_heads_per_tp_rank(model, tp, s), kv_heads_per_tp_rank(model, tp, s), kind)
-                for kind, s in shapes.items()
-                if q_heads_per_tp_rank(model, tp, s) % a2a_size
-                or kv_heads_per_tp_rank(model, tp, s) % a2a_size
-            ),
-            (q_heads_per_tp_rank(model, tp), kv_heads_per_tp_rank(model, tp), None),
+            ((q, kv, k) for q, kv, k in per_kind if q % a2a_size or kv % a2a_size), per_kind[0]
         )
         where = (
             f" on its {where}-attention layers" if where and len(model.softmax_attention_shapes) > 1 else ""
