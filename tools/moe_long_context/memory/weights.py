@@ -43,7 +43,7 @@ class RankParams:
 def _layer_share(lp: LayerParams, tp: int, expert_shards: int) -> tuple[float, float, float]:
     dense = (lp.attention + lp.mlp) / tp + lp.replicated
     experts = lp.experts / expert_shards
-    gemm = (lp.attention + lp.mlp) / tp + experts
+    gemm = (lp.attention + lp.mlp) / tp + lp.replicated_gemm + experts
     return dense, experts, gemm
 
 
@@ -56,8 +56,9 @@ def rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss
         d, e, g = _layer_share(layer_params(m, i), c.tp, shards)
         dense, experts, gemm = dense + d, experts + e, gemm + g
     if mtp:
+        blocks = m.mtp_weight_blocks(mtp)  # a repeated MTP block holds one set of weights for every depth
         d, e, g = _layer_share(mtp_layer_params(m), c.tp, shards)
-        dense, experts, gemm = dense + mtp * d, experts + mtp * e, gemm + mtp * g
+        dense, experts, gemm = dense + blocks * d, experts + blocks * e, gemm + blocks * g
     table = padded_vocab(ctx) * m.hidden_size / c.tp
     if embedding:
         dense += table + position_embedding_params(m)
