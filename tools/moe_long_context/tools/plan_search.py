@@ -188,8 +188,8 @@ Kind = tuple[str, bool]  # (attention type, MoE?) of a decoder layer: layers of 
 
 
 def _chunk_kinds(model: ModelSpec, split) -> tuple[tuple[tuple[tuple[Kind, int], ...], ...], ...]:
-    """Per rank and virtual stage: how many layers of each kind it holds (MTP layers count as the last
-    layer's kind). Cached per split, which many candidates share."""
+    """Per rank and virtual stage: how many layers of each kind it holds (each MTP depth counts as the kinds of
+    the MTP block's layers). Cached per split, which many candidates share."""
     cache = spec_cache(model)
     key = ("chunk_kinds", split)
     if key not in cache:
@@ -199,7 +199,7 @@ def _chunk_kinds(model: ModelSpec, split) -> tuple[tuple[tuple[tuple[Kind, int],
             for r in range(split.pp):
                 stage = split.stages[r][v]
                 counts: dict[Kind, int] = {}
-                layers = [*range(index, index + stage.decoders), *([model.mtp_layer_index] * stage.mtp)]
+                layers = [*range(index, index + stage.decoders), *(model.mtp_block_layers * stage.mtp)]
                 for i in layers:
                     k = (model.attention_layer_types[i], model.moe_layers[i])
                     counts[k] = counts.get(k, 0) + 1

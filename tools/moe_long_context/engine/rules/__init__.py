@@ -45,6 +45,7 @@ def _load_checks() -> None:
         cp,
         dsa,
         graphs,
+        hybrid_blocks,
         launcher,
         layout,
         mamba,

@@ -1,0 +1,90 @@
+"""What LatentMoE and the repeated hybrid MTP block change (issue 24): the rules they add, the memory and step-time
+terms at the latent width, the MTP depths, and Megatron's model FLOPs for hybrids, by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.findings import Severity
+from moe_long_context.engine.rules import run
+from moe_long_context.engine.step_time import model_flops_per_token, step_time
+from moe_long_context.memory.activations import shard_of
+from moe_long_context.memory.hybrid_layers import layer_inventory
+from moe_long_context.memory.weights import rank_params
+from moe_long_context.model.catalog import load_model
+from moe_long_context.model.params import mtp_layer_params
+
+SUPER_JSON = json.loads((Path(__file__).parent / "data" / "hf" / "nemotron-3-super.json").read_text())
+# the Bridge 0.6.2 64-H100 Super layout (recipes/nemotronh/h100/nemotron_3_super.py:160-247)
+SUPER = dict(model="nemotron-3-super", gpu="h100", num_gpus=64, seq_len=4096, tp=1, pp=2, ep=32, gbs=1280,
+             mtp_num_layers=2, dispatcher="flex-hybridep")  # fmt: skip
+
+
+def ctx_of(**kw):
+    return build_context(TrainingConfig(**{**SUPER, **kw}))
+
+
+def codes(**kw) -> dict[str, Severity]:
+    return {f.code: f.severity for f in run(ctx_of(**kw))}
+
+
+def without_latent() -> dict:
+    return {k: v for k, v in SUPER_JSON.items() if k != "moe_latent_size"}
+
+
+def test_latent_moe_refuses_shared_expert_overlap():
+    """MCore moe_layer.py:469-475: a LatentMoE layer raises in training with shared-expert overlap."""
+    assert codes(moe_shared_expert_overlap=True).get("LATENT_MOE_SHARED_EXPERT_OVERLAP") is Severity.error
+    assert "LATENT_MOE_SHARED_EXPERT_OVERLAP" not in codes()
+    nano = dict(model="nemotron-3.5-lightning", ep=8, num_gpus=16, gbs=16)  # no latent: overlap is legal
+    assert "LATENT_MOE_SHARED_EXPERT_OVERLAP" not in codes(**nano, moe_shared_expert_overlap=True)
+
+
+def test_the_mtp_block_is_not_captured_by_per_layer_graphs():
+    """cuda_graphs.py:2043-2050, 2174-2179: the hybrid MTP block is a HybridStack, not a graphable layer."""
+    graphs = dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn", "mamba", "moe_router"])
+    assert codes(**graphs).get("MTP_BLOCK_NOT_GRAPHED") is Severity.info
+    assert "MTP_BLOCK_NOT_GRAPHED" not in codes()
+    assert "MTP_BLOCK_NOT_GRAPHED" not in codes(**graphs, mtp_num_layers=0)
+
+
+def test_expert_tokens_and_dispatch_run_at_the_latent_width():
+    latent, full = ctx_of(), ctx_of(model=without_latent())
+    for ctx, width in ((latent, 1024), (full, 4096)):
+        sh = shard_of(ctx)
+        inv = {s.name: s.bytes for s in layer_inventory(ctx, sh, 1)}
+        assert (
+            inv["permuted tokens (expert fc1 input)"] == 2 * 22 * width * 4096
+        )  # BF16 x top-k x width x tokens
+        assert ("combined latent tokens (fc2_latent_proj input)" in inv) is (width == 1024)
+    # EP all-to-all volume is top-k x width per token: a quarter at 1024 of 4096
+    ep = step_time(latent).terms["ep_comm"] / step_time(full).terms["ep_comm"]
+    assert ep == pytest.approx(1024 / 4096)
+
+
+def test_mtp_depths_share_one_block_of_weights():
+    ctx = ctx_of()
+    block = mtp_layer_params(ctx.model)
+    one, two = rank_params(ctx, [], 1, False, True), rank_params(ctx, [], 2, False, True)
+    assert one == two  # the repeated block: its weights once, however many depths
+    assert one.experts == block.experts / 32  # EP 32
+    unrepeated = dict(SUPER_JSON, mtp_use_repeated_layer=False)
+    assert rank_params(ctx_of(model=unrepeated), [], 2, False, True).experts == 2 * block.experts / 32
+
+
+def test_megatron_hybrid_model_flops_by_hand():
+    """Megatron-LM training.py:428-545 hybrid_flops (Bridge flop_utils.py:655-749): layers by symbol, the MTP block
+    per depth, Mamba with d_in = 2 h, MoE without the router, LatentMoE experts on 1024-wide tokens."""
+    h, s, d_in = 4096, 4096, 8192
+    attention = 4 * 4096 * (h + h * 2 / 32) + 2 * s * 4096  # 32 heads x 128 = 4096, 2 KV groups
+    mamba = 2 * h * (2 * d_in + 2 * 8 * 128 + 128) + 7 * d_in * 128 + 2 * d_in * h
+    moe = 4 * 1024 * 2688 * 22 + 4 * h * 1024 + 4 * h * 5376
+    logits = 2 * h * 131072
+    depths = 2
+    expected = 3 * (40 * mamba + (40 + depths) * moe + (8 + depths) * attention + (1 + depths) * logits)
+    assert model_flops_per_token(load_model("nemotron-3-super"), s, depths) == pytest.approx(expected)
