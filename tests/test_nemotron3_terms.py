@@ -88,3 +88,48 @@ def test_megatron_hybrid_model_flops_by_hand():
     depths = 2
     expected = 3 * (40 * mamba + (40 + depths) * moe + (8 + depths) * attention + (1 + depths) * logits)
     assert model_flops_per_token(load_model("nemotron-3-super"), s, depths) == pytest.approx(expected)
+
+
+LIGHTNING_FSDP = dict(model="nemotron-3.5-lightning", gpu="gb200", num_gpus=8, seq_len=8192, ep=8, gbs=512,
+                      mtp_num_layers=2, use_megatron_fsdp=True)  # fmt: skip
+
+
+def test_megatron_fsdp_refuses_per_layer_graphs_with_ep_overlap():
+    """mcore_fsdp_adapter.py:168-178: the 1F1B EP overlap under Megatron-FSDP needs none or full_iteration graphs."""
+    overlap = dict(LIGHTNING_FSDP, ep_overlap=True)
+
+    def found(**kw):
+        return {f.code: f.severity for f in run(build_context(TrainingConfig(**{**overlap, **kw})))}
+
+    assert (
+        found(cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"]).get("FSDP_EP_OVERLAP_GRAPHS")
+        is Severity.error
+    )
+    assert "FSDP_EP_OVERLAP_GRAPHS" not in found(
+        cuda_graph_impl="full_iteration", check_for_nan_in_loss=False
+    )
+    assert "FSDP_EP_OVERLAP_GRAPHS" not in found(
+        cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"], use_megatron_fsdp=False
+    )
+    assert found(use_distributed_optimizer=False).get("FSDP_SETS_OPTIMIZER") is Severity.info
+    assert found(launcher="megatron-lm").get("FSDP_LM_CKPT_FORMAT") is Severity.warning
+
+
+def test_megatron_fsdp_shards_weights_and_gradients():
+    from moe_long_context.memory.rank_memory import memory_model
+
+    ctx = build_context(TrainingConfig(**LIGHTNING_FSDP))
+    rank = memory_model(ctx).ranks[0]
+    terms = {t.name: t.bytes for t in rank.terms}
+    p = rank_params(ctx, rank.layers, rank.mtp_layers, True, True)
+    share = p.dense / 8 + p.experts / 1  # DP 8 for the dense weights, EDP 1 for the experts (EP 8 of 8 GPUs)
+    assert terms["parameters (Megatron-FSDP shard)"] == pytest.approx(2 * share)
+    assert terms["gradients (Megatron-FSDP shard)"] == pytest.approx(4 * share)  # FP32 main gradients
+    assert terms["Megatron-FSDP all-gathered units"] == pytest.approx(2 * 2 * p.largest_layer)
+    plain = {
+        t.name: t.bytes
+        for t in memory_model(build_context(TrainingConfig(**dict(LIGHTNING_FSDP, use_megatron_fsdp=False))))
+        .ranks[0]
+        .terms
+    }
+    assert plain["parameters"] == pytest.approx(2 * (p.dense + p.experts))

@@ -44,6 +44,7 @@ def _load_checks() -> None:
         batch,
         cp,
         dsa,
+        fsdp,
         graphs,
         hybrid_blocks,
         launcher,
