@@ -168,3 +168,18 @@ def test_plan_layout_answers_at_128k(model, gpu, num_gpus):
         cfg = {**job, **plan.settings}
         assert not [f for f in run(build_context(TrainingConfig(**cfg))) if f.severity is Severity.error]
         assert estimate_memory(request(EstimateMemoryRequest, cfg)).fits
+
+
+# Peak allocated memory Bridge r0.6.0's verification cards measured for these recipes (GiB), against the engine's
+# estimate (its 6 GiB overhead included): README.md states the ratios.
+MEASURED = [
+    ("nemotron-3-super-pretrain", 58.079),  # nemotron-3-super-120b-a12b/card.yaml:151-193
+    ("nemotron-3-5-lightning-pretrain", 68.547),  # nemotron-3.5-lightning/card.yaml:150-192
+    ("nemotron-3-5-lightning-pretrain-8k", 158.220),  # nemotron-3.5-lightning/card.yaml:193-234
+]
+
+
+@pytest.mark.parametrize(("rid", "measured"), MEASURED, ids=[r for r, _ in MEASURED])
+def test_memory_against_the_verification_cards(rid, measured):
+    peak = estimate_memory(request(EstimateMemoryRequest, RECIPES[rid].config)).peak_gib
+    assert 0.90 <= peak / measured <= 1.02, peak

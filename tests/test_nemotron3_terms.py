@@ -133,3 +133,30 @@ def test_megatron_fsdp_shards_weights_and_gradients():
         .terms
     }
     assert plain["parameters"] == pytest.approx(2 * (p.dense + p.experts))
+
+
+def test_mxfp8_parameter_gather_needs_buffer_reuse_only_without_fsdp():
+    """Bridge training/config.py:1349-1359 asserts reuse_grad_buf_for_mxfp8_param_ag for MXFP8 parameter gathering
+    only when Megatron-FSDP is off; with it on, Bridge turns the reuse off itself (:1090-1094)."""
+    mx = dict(
+        LIGHTNING_FSDP, precision="mxfp8", fp8_param_gather=True, reuse_grad_buf_for_mxfp8_param_ag=False
+    )
+
+    def errors(**kw):
+        ctx = build_context(TrainingConfig(**{**mx, **kw}))
+        return {f.code for f in run(ctx) if f.severity is Severity.error}
+
+    assert "PRECISION_PARAM_GATHER" not in errors()
+    assert "PRECISION_PARAM_GATHER" in errors(use_megatron_fsdp=False)
+    assert "PRECISION_PARAM_GATHER" not in errors(
+        use_megatron_fsdp=False, reuse_grad_buf_for_mxfp8_param_ag=True
+    )
+
+
+def test_the_planner_offers_hybrids_no_vpp_and_no_gpt_split():
+    from moe_long_context.tools.plan_search import HYBRID_IGNORES, _split_options
+
+    options = _split_options(load_model("nemotron-3-super"), 8, 2, {})  # 88 layers: 11 per stage
+    assert options and all(vpp is None and not set(split) & HYBRID_IGNORES for vpp, split in options)
+    gpt = _split_options(load_model("deepseek-v3"), 8, 1, {})
+    assert any(vpp for vpp, _ in gpt)
