@@ -160,3 +160,20 @@ def test_the_planner_offers_hybrids_no_vpp_and_no_gpt_split():
     assert options and all(vpp is None and not set(split) & HYBRID_IGNORES for vpp, split in options)
     gpt = _split_options(load_model("deepseek-v3"), 8, 1, {})
     assert any(vpp for vpp, _ in gpt)
+
+
+# Model TFLOP/s per GPU and step time Bridge r0.6.0's verification cards measured (examples/model_verification_cards/
+# <model>/card.yaml): Bridge counts the FLOPs with its hybrid formula, so FLOPs per token = TFLOP/s x GPUs x step /
+# tokens must equal the engine's count.
+CARD_FLOPS = [  # (model, seq, TFLOP/s per GPU, GPUs, step ms, tokens per step, card lines)
+    ("nemotron-3-super", 4096, 248.610, 64, 27588.580, 1280 * 4096),  # nemotron-3-super-120b-a12b :640-670
+    ("nemotron-3-super", 8192, 559.390, 64, 9926.350, 512 * 8192),  # nemotron-3-super-120b-a12b :671-700
+    ("nemotron-3.5-lightning", 8192, 200.180, 16, 36869.270, 512 * 8192),  # nemotron-3.5-lightning :150-192
+    ("nemotron-3.5-lightning", 8192, 686.920, 8, 21483.630, 512 * 8192),  # nemotron-3.5-lightning :193-234
+]
+
+
+@pytest.mark.parametrize(("model", "seq", "tflops", "gpus", "step_ms", "tokens"), CARD_FLOPS)
+def test_model_flops_are_the_ones_bridge_reports(model, seq, tflops, gpus, step_ms, tokens):
+    measured = tflops * 1e12 * gpus * step_ms / 1e3 / tokens
+    assert model_flops_per_token(load_model(model), seq, 2) == pytest.approx(measured, rel=1e-3)
