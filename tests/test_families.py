@@ -132,7 +132,8 @@ JOBS = [
     ("olmoe-1b-7b", 8), ("ling-flash-2.0", 32), ("ernie-4.5-21b-a3b", 8), ("mixtral-8x7b", 16),
     ("qwen1.5-moe-a2.7b", 8), ("gemma-4-26b-a4b", 16), ("step-3.5-flash", 128), ("mimo-v2-flash", 128),
     ("sarvam-30b", 16), ("sarvam-105b", 64), ("k-exaone-236b-a23b", 64),
-    *((str(p), 64 if "mimo" not in p.stem and "step" not in p.stem else 128) for p in FIXTURES),
+    *((str(p), 256 if "ultra" in p.stem else 64 if "mimo" not in p.stem and "step" not in p.stem else 128)
+      for p in FIXTURES),
 ]  # fmt: skip
 
 

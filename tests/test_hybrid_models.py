@@ -113,11 +113,24 @@ def test_layers_block_type_is_read_like_the_pattern():
     [
         ({"hybrid_override_pattern": "M*MX"}, "model.hybrid_override_pattern"),
         ({"num_hidden_layers": 5}, "model.num_hidden_layers"),
+        ({"num_nextn_predict_layers": 1}, "model.mtp_hybrid_override_pattern"),  # Bridge raises without it
         (
-            {"num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"},
-            "model.num_nextn_predict_layers",
+            {"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*-"},
+            "model.mtp_hybrid_override_pattern",
         ),
-        ({"moe_latent_size": 1024}, "model.moe_latent_size"),
+        (
+            {"num_nextn_predict_layers": 1, "mtp_layers_block_type": ["attention", "ffn"]},
+            "model.mtp_layers_block_type",
+        ),
+        ({"num_nextn_predict_layers": -1}, "model.num_nextn_predict_layers"),
+        (
+            {
+                "num_nextn_predict_layers": 1,
+                "mtp_hybrid_override_pattern": "*E",
+                "mtp_use_repeated_layer": "yes",
+            },
+            "model.mtp_use_repeated_layer",
+        ),
         ({"mamba_num_heads": None}, "model.mamba_num_heads"),
     ],
 )

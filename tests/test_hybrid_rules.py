@@ -115,11 +115,14 @@ def test_mamba_fp8_in_proj_width():
 
 
 def test_hybrid_pipeline_split():
-    """MCore models/hybrid/hybrid_layer_allocation.py:385-392 (VPP needs '|'), :436-441 (even split),
-    :412-418 (middle stages even) and hybrid_model.py:205-212 (the GPT layout does not steer the split)."""
+    """MCore models/hybrid/hybrid_layer_allocation.py:385-392 (VPP needs '|'; Bridge's HybridModelProvider refuses
+    VPP outright, hybrid_provider.py:295-298), :436-441 (even split), :412-418 (middle stages even) and
+    hybrid_model.py:205-212 (the GPT layout does not steer the split; Megatron-LM refuses it, arguments.py:799-812)."""
     nano = dict(NANO, num_gpus=64, cp=4, pp=2)
-    assert not {"HYBRID_VPP_NEEDS_PIPES", "HYBRID_PP_DIVISIBLE"} & errors(nano)
-    assert "HYBRID_VPP_NEEDS_PIPES" in errors(nano, vpp=2)
+    vpp_codes = {"HYBRID_VPP_NEEDS_PIPES", "HYBRID_VPP_BRIDGE"}
+    assert not {*vpp_codes, "HYBRID_PP_DIVISIBLE"} & errors(nano)
+    assert vpp_codes & errors(nano, vpp=2) == {"HYBRID_VPP_BRIDGE"}
+    assert vpp_codes & errors(nano, vpp=2, launcher="megatron-lm") == {"HYBRID_VPP_NEEDS_PIPES"}
     assert "HYBRID_PP_DIVISIBLE" in errors(dict(nano, num_gpus=96, pp=3))  # 52 % 3
     assert "HYBRID_PP_DIVISIBLE" not in errors(dict(nano, num_gpus=128, pp=4))  # 52 = 4 x 13
     # first 16 and last 16 leave 20 middle layers: two middle stages of 10 split, three do not
@@ -135,6 +138,11 @@ def test_hybrid_pipeline_split():
     )
     assert findings(nano, pipeline_layout="Et*26|t*26L").get("HYBRID_GPT_SPLIT_IGNORED") is Severity.warning
     assert "HYBRID_GPT_SPLIT_IGNORED" not in findings(nano)
+    lm = dict(nano, launcher="megatron-lm")
+    assert "HYBRID_LM_SPLIT_FLAGS" in errors(lm, account_for_loss_in_pipeline_split=True)
+    assert "HYBRID_LM_SPLIT_FLAGS" not in errors(lm) and "HYBRID_LM_SPLIT_FLAGS" not in errors(
+        nano, account_for_loss_in_pipeline_split=True
+    )
 
 
 @pytest.mark.parametrize(("granularity", "expected"), [("selective", True), ("full", False)])

@@ -196,7 +196,7 @@ FIELD_VALUES = {
     "cuda_graph_impl": ["none", "local", "transformer_engine", "full_iteration"],
     "cuda_graph_modules": [None, ["attn", "moe_router"]], "check_for_nan_in_loss": [True, False],
     "variable_seq_lengths": [True, False], "use_distributed_optimizer": [True, False],
-    "use_precision_aware_optimizer": [True, False],
+    "use_precision_aware_optimizer": [True, False], "use_megatron_fsdp": [True, False],
     "dispatcher": ["alltoall", "allgather", "flex-deepep", "flex-hybridep"],
     "precision": ["bf16", "fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4"],
     "optimizer_cpu_offload_fraction": [0.0, 0.5, 1.0], "activation_offload": [None, ["core_attn", "attn_proj"]],

@@ -56,6 +56,8 @@ def architecture_flags(model: ModelSpec, mtp_layers: int | None = None) -> list[
             "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]  # fmt: skip
     if m.moe_shared_expert_intermediate_size:
         out += ["--moe-shared-expert-intermediate-size", str(m.moe_shared_expert_intermediate_size)]
+    if m.moe_latent_size:
+        out += ["--moe-latent-size", str(m.moe_latent_size)]
     if m.num_dense_layers:
         out += ["--moe-layer-freq", f"([0]*{m.num_dense_layers}+[1]*{m.num_moe_layers})"]
     if not m.tie_embeddings:
@@ -63,11 +65,16 @@ def architecture_flags(model: ModelSpec, mtp_layers: int | None = None) -> list[
     if m.has_dsa:
         out += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.dsa_index_n_heads),
                 "--dsa-indexer-head-dim", str(m.dsa_index_head_dim), "--dsa-indexer-topk", str(m.dsa_index_topk)]  # fmt: skip
-    if m.is_hybrid:
-        out += ["--hybrid-layer-pattern", str(m.hybrid_layer_pattern)]
     mtp = m.mtp_num_layers if mtp_layers is None else mtp_layers
+    if (
+        m.is_hybrid
+    ):  # the unified pattern: main stack, then the MTP block once per depth (arguments.py:838-853)
+        mtp_part = f"/{m.mtp_block_pattern}" * mtp if m.mtp_block_pattern else ""
+        out += ["--hybrid-layer-pattern", f"{m.hybrid_layer_pattern}{mtp_part}"]
     if mtp:
         out += ["--mtp-num-layers", str(mtp)]
+        if m.mtp_use_repeated_layer:
+            out.append("--mtp-use-repeated-layer")
     return out
 
 

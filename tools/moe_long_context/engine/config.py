@@ -320,7 +320,13 @@ class DataArgs(_Args):
     )
 
 
-class OptimizerArgs(_Args):
+class FsdpArgs(_Args):
+    use_megatron_fsdp: bool = Field(
+        default=False, description="Megatron-FSDP, optim_grads_params (--use-megatron-fsdp)."
+    )
+
+
+class OptimizerArgs(FsdpArgs):
     use_distributed_optimizer: bool = Field(default=True, description="--use-distributed-optimizer.")
     use_precision_aware_optimizer: bool = Field(
         default=False,

@@ -26,6 +26,11 @@ class ExpectedParallelism(BaseModel):
         description="Error codes the engine raises for the layout as its source ships it (a recipe that does "
         "not build); empty for the representative layouts.",
     )
+    fits: bool = Field(
+        default=True,
+        description="Whether the memory model fits the layout as shipped (false for a recipe Bridge's own "
+        "verification runs with more recompute or offload; its notes say so).",
+    )
 
 
 class RepresentativeLayout(BaseModel):
@@ -61,6 +66,14 @@ def _layouts_file() -> dict[str, Any]:
 def representative_layouts() -> tuple[RepresentativeLayout, ...]:
     """The published long-context layouts (the seeds)."""
     return tuple(RepresentativeLayout(**entry) for entry in _layouts_file()["layouts"])
+
+
+@cache
+def nemotron3_recipes() -> tuple[RepresentativeLayout, ...]:
+    """Every Nemotron 3 Super / Ultra / 3.5 Lightning recipe function of Megatron Bridge 0.6.2, as shipped
+    (``engine/recipes_nemotron3.yaml``)."""
+    data = yaml.safe_load(resources.files(__package__).joinpath("recipes_nemotron3.yaml").read_text())
+    return tuple(RepresentativeLayout(**entry) for entry in data["recipes"])
 
 
 @cache

@@ -18,7 +18,12 @@ from ..model.params import attention_params, layer_params, mlp_params, spec_cach
 from ..model.specs import GpuSpec, ModelSpec
 from .context import Context
 from .pipeline import PipelineSplit
-from .step_time_hybrid import dsa_gathered_width, hybrid_core_flops_per_token
+from .step_time_hybrid import (
+    dsa_gathered_width,
+    hybrid_core_flops_per_token,
+    latent_projection_flops_per_token,
+    megatron_hybrid_flops_per_token,
+)
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
@@ -186,7 +191,8 @@ def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full
     shared, _, active, _ = mlp_params(spec, spec.moe_layers[index], layer_type)
     router = spec.hidden_size * spec.num_experts if spec.moe_layers[index] else 0
     core = _core_attention_flops_per_token(spec, layer_type, seq, window_as_full=sliding_as_full)
-    return 2 * (attn + shared + active + router) + core
+    latent = latent_projection_flops_per_token(spec) if spec.moe_layers[index] else 0.0
+    return 2 * (attn + shared + active + router) + core + latent
 
 
 def model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
@@ -199,6 +205,8 @@ def model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
 
 
 def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
+    if spec.is_hybrid:  # Megatron counts a hybrid stack by layer symbol (training.py hybrid_flops)
+        return megatron_hybrid_flops_per_token(spec, seq, mtp_layers)
     h = spec.hidden_size
     kinds: dict[tuple[str, bool], int] = {}
     first: dict[tuple[str, bool], int] = {}
@@ -209,8 +217,8 @@ def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
     fwd = sum(
         n * layer_flops_per_token(spec, first[key], seq, sliding_as_full=True) for key, n in kinds.items()
     )
-    last = spec.mtp_layer_index
-    fwd += mtp_layers * (layer_flops_per_token(spec, last, seq, sliding_as_full=True) + 2 * (2 * h * h))
+    block = sum(layer_flops_per_token(spec, i, seq, sliding_as_full=True) for i in spec.mtp_block_layers)
+    fwd += mtp_layers * (block + 2 * (2 * h * h))
     fwd += 2 * h * spec.vocab_size * (1 + mtp_layers)
     return 3 * fwd
 
@@ -303,7 +311,9 @@ def step_time(
         expert_flops = 3 * 2 * tokens_rank * (active + (h * m.num_experts if is_moe else 0)) if is_moe else 0
         # with ETP = 1 each rank computes its own tokens' experts; ETP > 1 splits them further
         expert_flops = expert_flops * (c.tp if sp else 1) / (lay.etp * (c.tp if sp else 1)) if is_moe else 0
-        t["gemm"] = dense_flops / gemm + expert_flops / (gemm * GROUPED_GEMM_EFFICIENCY)
+        # LatentMoE's projections: TP-replicated GEMMs on the rank's own (sequence-parallel) tokens
+        latent_flops = 3 * tokens_rank * latent_projection_flops_per_token(m) if is_moe else 0.0
+        t["gemm"] = (dense_flops + latent_flops) / gemm + expert_flops / (gemm * GROUPED_GEMM_EFFICIENCY)
         core = _core_attention_flops_per_token(m, layer_type, seq) * tokens * 3 / c.tp
         t["attention"] = core / (attn_rate if layer_type != "linear" else gemm)
         t["memory_bound"] = ELEMENTWISE_BYTES_PER_TOKEN_H * h * tokens_rank / hbm
@@ -335,7 +345,7 @@ def step_time(
                 cost += seconds - min(t["attention"], seconds) * CP_OVERLAP
             t["cp_comm"] = cost
         if is_moe and ep_group > 1:
-            per_transfer = tokens_rank * m.moe_router_topk * h * (ep_group - 1) / ep_group
+            per_transfer = tokens_rank * m.moe_router_topk * m.moe_token_width * (ep_group - 1) / ep_group
             volume = 2 * per_transfer * (dispatch_bytes + 2)  # fwd + bwd, dispatch + combine
             inter = volume * (1 - in_node)
             intra = volume * in_node
@@ -366,6 +376,7 @@ def step_time(
             experts = 2 * tokens_rank * (active + h * m.num_experts) / lay.etp
             out["recompute:moe"] = (
                 2 * tokens * shared / c.tp / gemm
+                + tokens_rank * latent_projection_flops_per_token(m) / gemm
                 + experts / (gemm * GROUPED_GEMM_EFFICIENCY)
                 + fwd["ep_comm"]
                 + ELEMENTWISE_BYTES_PER_TOKEN_H / 6 * h * tokens_rank / hbm
@@ -390,9 +401,9 @@ def step_time(
         if r == c.pp - 1:
             logits = 3 * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
             terms["logits"] = logits / _gemm_rate(gpu, "bf16")  # the output layer stays in BF16
-            last = (m.attention_layer_types[-1], m.moe_layers[-1])
-            for k, v in kind_time(last).items():
-                terms[k] = terms.get(k, 0.0) + v * ctx.mtp_layers
+            for i in m.mtp_block_layers:  # each MTP depth runs the block's layers once
+                for k, v in kind_time((m.attention_layer_types[i], m.moe_layers[i])).items():
+                    terms[k] = terms.get(k, 0.0) + v * ctx.mtp_layers
         stage_terms.append(terms)
         stage_times.append(sum(terms.values()))
     busiest = max(range(c.pp), key=lambda r: stage_times[r])

@@ -8,6 +8,13 @@ plus its top-k sparse attention, and nothing for the MLP-only layers of a hybrid
 * DSA: the indexer scores every earlier key with its heads (q . k per head, causal half): 2 x heads x head_dim x S /
   2; the main attention reads only the top-k keys, so MLA's QK^T and AV run over min(S, topk) keys, not halved
   (a query past position topk always has topk keys).
+* Model FLOPs of a hybrid stack are counted as Megatron counts them (``hybrid_flops``: Megatron-LM core_r0.19.0
+  training.py:428-545 and 863-899, Megatron Bridge 0.6.2 training/utils/flop_utils.py:655-749): layers by symbol of the
+  main pattern plus the MTP block's per depth, a Mamba layer with d_in = 2 x hidden whatever its heads, attention
+  with its causal core term, MoE without the router and with LatentMoE's latent experts and projections, logits per
+  loss head. Hardware time is computed from the real shapes (step_time.py), not from this count.
+* LatentMoE moves and computes routed tokens at the latent width (``moe_layer.py``:481-485, 584-585): dispatch and
+  combine of latent tokens, expert GEMMs on them, and the two TP-replicated projections h <-> latent.
 """
 
 from __future__ import annotations
@@ -35,6 +42,51 @@ def dsa_flops_per_token(spec: ModelSpec, seq: int) -> float:
     indexer = 2 * (spec.dsa_index_n_heads or 0) * (spec.dsa_index_head_dim or 0) * seq / 2
     width = n * (spec.head_dim + (spec.qk_pos_emb_head_dim or 0)) + n * (spec.v_head_dim or 0)
     return indexer + 2 * width * min(seq, spec.dsa_index_topk or seq)
+
+
+def _megatron_attention_per_token(spec: ModelSpec, seq: int) -> float:
+    """attn_layer_flops / total_tokens: QKV and output projections, and 2 x s x heads x head_dim (causal)."""
+    n, g, d, h = spec.num_attention_heads, spec.num_query_groups, spec.head_dim, spec.hidden_size
+    return 4 * n * d * (h + h * g / n) + 2 * seq * n * d
+
+
+def _megatron_mamba_per_token(spec: ModelSpec) -> float:
+    """mamba_layer_flops / total_tokens, with Megatron's d_in = 2 x hidden."""
+    h = spec.hidden_size
+    d_in = 2 * h
+    heads, _, _, groups, state = mamba_dims(spec)
+    return 2 * h * (2 * d_in + 2 * groups * state + heads) + 7 * d_in * state + 2 * d_in * h
+
+
+def _megatron_moe_per_token(spec: ModelSpec) -> float:
+    """moe_layer_flops / total_tokens: routed experts (on latent tokens, plus both projections, for LatentMoE)
+    and the shared expert; the router is not counted."""
+    h, f, k = spec.hidden_size, spec.moe_ffn_hidden_size, spec.moe_router_topk
+    scale = 1.5 if spec.gated_linear_unit else 1.0
+    latent = spec.moe_latent_size
+    routed = 4 * (latent or h) * f * k * scale + (4 * h * latent if latent else 0)
+    return routed + 4 * h * (spec.moe_shared_expert_intermediate_size or 0) * scale
+
+
+def megatron_hybrid_flops_per_token(spec: ModelSpec, seq: int, mtp_depths: int) -> float:
+    """Model FLOPs per token (fwd + bwd) of a hybrid stack, as Megatron-LM and Bridge count them."""
+    h = spec.hidden_size
+    pattern = (spec.hybrid_layer_pattern or "") + (spec.mtp_block_pattern or "") * mtp_depths
+    scale = 1.5 if spec.gated_linear_unit else 1.0
+    per_symbol = {
+        "*": _megatron_attention_per_token(spec, seq),
+        "-": 4 * spec.ffn_hidden_size * h * scale,
+        "M": _megatron_mamba_per_token(spec) if spec.has_mamba else 0.0,
+        "E": _megatron_moe_per_token(spec) if spec.is_moe else 0.0,
+    }
+    fwd = sum(per_symbol[s] * pattern.count(s) for s in per_symbol)
+    fwd += 2 * h * spec.vocab_size * (1 + mtp_depths)  # logits of the loss and of every MTP depth
+    return 3 * fwd
+
+
+def latent_projection_flops_per_token(spec: ModelSpec) -> float:
+    """Forward FLOPs per token of one MoE layer's two LatentMoE projections (h -> latent -> h)."""
+    return 2 * 2 * spec.hidden_size * spec.moe_latent_size if spec.moe_latent_size else 0.0
 
 
 def dsa_gathered_width(spec: ModelSpec) -> int:

@@ -76,9 +76,24 @@ def families_markdown() -> str:
         allocated = f"{p.total / 1e9:.1f}B" if p.megatron_only else "same"
         out.append(
             f"| `{spec.id}` | `{spec.family}` | {spec.num_layers} | {p.checkpoint_total / 1e9:.1f}B "
-            f"| {p.checkpoint_active / 1e9:.2f}B | {allocated} | {spec.mtp_num_layers} |"
+            f"| {p.checkpoint_active / 1e9:.2f}B | {allocated} | {_mtp_cell(spec, p.mtp)} |"
         )
+    out += [
+        "",
+        "MTP: the checkpoint's MTP depth; a Nemotron-H block is its own hybrid pattern (`*E`: an attention layer and "
+        "an MoE layer), and a repeated block keeps one set of weights for every depth Megatron runs "
+        "(`mtp_num_layers`). LatentMoE models (`moe_latent_size`) route, dispatch and compute expert tokens at the "
+        "latent width.",
+    ]
     return "\n".join(out)
+
+
+def _mtp_cell(spec, mtp_params: int) -> str:
+    """The MTP column: depth, and for a hybrid block its pattern, whether it is repeated and its weights."""
+    if not spec.mtp_block_pattern or not spec.mtp_num_layers:
+        return str(spec.mtp_num_layers)
+    repeated = ", repeated" if spec.mtp_use_repeated_layer else ""
+    return f"{spec.mtp_num_layers} (`{spec.mtp_block_pattern}` block{repeated}, {mtp_params / 1e9:.2f}B)"
 
 
 def skill_models_block() -> str:

@@ -73,7 +73,7 @@ def shard_of(ctx: Context) -> Shard:
         and "moe_router" in (c.cuda_graph_modules or [])
         and not (
             "moe_preprocess" in (c.cuda_graph_modules or [])
-            and c.dispatcher == "alltoall"
+            and (c.dispatcher == "alltoall" or ctx.model.moe_latent_size)  # transformer_layer.py:481-488
             and not (ctx.model.moe_shared_expert_intermediate_size and c.moe_shared_expert_overlap)
         )
     )
@@ -252,6 +252,7 @@ def moe_inventory(ctx: Context, sh: Shard) -> list[Saved]:
     h, t = m.hidden_size, sh.tp
     rows, tok = sh.seq_tokens, sh.tokens
     k, f, e = m.moe_router_topk, m.moe_ffn_hidden_size, m.num_experts
+    w = m.moe_token_width  # LatentMoE: the experts read and write latent tokens
     moe = frozenset({"moe"})
     norm_labels = frozenset({"layernorm"}) if sh.pre_mlp_norm_recomputable else frozenset()
     fc1 = (2 if m.gated_linear_unit else 1) * f
@@ -266,7 +267,7 @@ def moe_inventory(ctx: Context, sh: Shard) -> list[Saved]:
         Saved("router probabilities and permutation map", 10 * e * rows, removed_by=moe),
         Saved(
             "permuted tokens (expert fc1 input)",
-            sh.gemm_input() * k * h * sh.etp * rows,
+            sh.gemm_input() * k * w * sh.etp * rows,
             removed_by=moe,
             offload=frozenset({"expert_fc1", "fused_group_mlp"}),
         ),
@@ -284,6 +285,14 @@ def moe_inventory(ctx: Context, sh: Shard) -> list[Saved]:
         ),
         Saved("routing weights per token-expert pair (FP32)", FP32 * k * rows, removed_by=moe),
     ]
+    if (
+        m.moe_latent_size
+    ):  # fc2_latent_proj keeps its input, the combined latent tokens (moe_layer.py:584-585)
+        out.append(
+            Saved(
+                "combined latent tokens (fc2_latent_proj input)", sh.gemm_input() * w * rows, removed_by=moe
+            )
+        )
     fs = m.moe_shared_expert_intermediate_size or 0
     if fs:
         shared = frozenset({"shared_experts", "moe"})

@@ -94,7 +94,7 @@ def buffer_terms(ctx: Context, sh: Shard, layers: list[int], held: float) -> lis
         out.append(
             Term(
                 "DeepEP buffers",
-                deepep_buffer_bytes(group, m.hidden_size),
+                deepep_buffer_bytes(group, m.moe_token_width),  # LatentMoE dispatches latent tokens
                 f"NVLink/RDMA receive buffers for {group} EP ranks, {DEEPEP_NUM_SMS} SMs",
             )
         )
@@ -103,7 +103,7 @@ def buffer_terms(ctx: Context, sh: Shard, layers: list[int], held: float) -> lis
         out.append(
             Term(
                 "HybridEP buffers",
-                hybridep_buffer_bytes(group, domain, sh.seq_tokens, m.hidden_size, m.num_experts // c.ep),
+                hybridep_buffer_bytes(group, domain, sh.seq_tokens, m.moe_token_width, m.num_experts // c.ep),
                 f"worst-case receive buffers for {group} EP ranks ({min(group, domain)} per NVLink domain), "
                 f"{sh.seq_tokens:,.0f} tokens per rank",
             )

@@ -145,6 +145,12 @@ def layer_inventory(ctx: Context, sh: Shard, index: int) -> list[Saved]:
 def assumptions(ctx: Context) -> list[str]:
     m = ctx.model
     out = []
+    if m.moe_latent_size:
+        out.append(
+            f"LatentMoE: the router and shared expert read h = {m.hidden_size}; the dispatched tokens, the expert "
+            f"GEMM inputs and outputs and the combined tokens (fc2_latent_proj input) are {m.moe_latent_size} wide; "
+            "the two latent projections are replicated on every TP rank."
+        )
     if m.has_mamba:
         out.append(
             "Mamba-2 layers: in_proj output (z, x, B, C, dt), scan output and the gated-norm and out_proj inputs are "

@@ -113,7 +113,7 @@ def chunk_activations(
     recompute = sh.recompute
     inventories = [cache(i) for i in layers]
     if mtp:
-        inventories += [cache(m.mtp_layer_index)] * mtp
+        inventories += [cache(i) for i in m.mtp_block_layers] * mtp  # every depth keeps its own activations
     terms: dict[str, float] = {}
     if full:
         kept_bytes, transient = _full_recompute_kept(ctx, inventories, offload)
@@ -296,8 +296,10 @@ def assumptions(ctx: Context, sh: Shard) -> list[str]:
         )
     if ctx.mtp_layers:
         out.append(
-            f"MTP: {ctx.mtp_layers} layer(s) like decoder layer {m.mtp_layer_index} on the stage the split puts them, with "
-            "their own word-embedding copy and a second logits/loss tensor per in-flight microbatch."
+            f"MTP: {ctx.mtp_layers} depth(s) of a block like decoder layer(s) {list(m.mtp_block_layers)}"
+            + (" (one block's weights, applied at every depth)" if m.mtp_use_repeated_layer else "")
+            + " on the stage the split puts them, with their own word-embedding copy and one more logits/loss "
+            "tensor per depth and in-flight microbatch."
         )
     if any(m.attention_layer_types[i] == "linear" for i in range(m.num_layers)):
         out.append(

@@ -38,12 +38,13 @@ class RankParams:
     dense: float  # TP-sharded and replicated weights, embeddings: distributed optimizer over DP x CP
     experts: float  # routed experts: distributed optimizer over EDP
     gemm: float  # GEMM weights (dense and expert) that FP8 compute caches quantized
+    largest_layer: float = 0.0  # the largest decoder layer's share: one Megatron-FSDP unit, all-gathered
 
 
 def _layer_share(lp: LayerParams, tp: int, expert_shards: int) -> tuple[float, float, float]:
     dense = (lp.attention + lp.mlp) / tp + lp.replicated
     experts = lp.experts / expert_shards
-    gemm = (lp.attention + lp.mlp) / tp + experts
+    gemm = (lp.attention + lp.mlp) / tp + lp.replicated_gemm + experts
     return dense, experts, gemm
 
 
@@ -51,13 +52,14 @@ def rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss
     """Parameters on a rank holding decoder ``layers``, ``mtp`` MTP layers and the embedding / loss."""
     m, c = ctx.model, ctx.cfg
     shards = c.ep * ctx.etp
-    dense = experts = gemm = 0.0
+    dense = experts = gemm = largest = 0.0
     for i in layers:
         d, e, g = _layer_share(layer_params(m, i), c.tp, shards)
-        dense, experts, gemm = dense + d, experts + e, gemm + g
+        dense, experts, gemm, largest = dense + d, experts + e, gemm + g, max(largest, d + e)
     if mtp:
+        blocks = m.mtp_weight_blocks(mtp)  # a repeated MTP block holds one set of weights for every depth
         d, e, g = _layer_share(mtp_layer_params(m), c.tp, shards)
-        dense, experts, gemm = dense + mtp * d, experts + mtp * e, gemm + mtp * g
+        dense, experts, gemm = dense + blocks * d, experts + blocks * e, gemm + blocks * g
     table = padded_vocab(ctx) * m.hidden_size / c.tp
     if embedding:
         dense += table + position_embedding_params(m)
@@ -69,7 +71,7 @@ def rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss
         dense += m.hidden_size * m.norm_params_per_width  # final norm
     if embedding and loss and m.tie_embeddings:
         dense -= table  # one shared table when the first stage is also the last
-    return RankParams(dense=dense, experts=experts, gemm=gemm)
+    return RankParams(dense=dense, experts=experts, gemm=gemm, largest_layer=largest)
 
 
 def master_and_moment_bytes(ctx: Context) -> tuple[int, int]:
@@ -101,14 +103,19 @@ def static_terms(ctx: Context, p: RankParams) -> list[Term]:
     c = ctx.cfg
     lay = ctx.layout
     total = p.dense + p.experts
-    d_dense = (lay.dp or 1) * c.cp if c.use_distributed_optimizer else 1
-    d_exp = (lay.edp or 1) if c.use_distributed_optimizer else 1
+    sharded = (
+        c.use_distributed_optimizer or c.use_megatron_fsdp
+    )  # FSDP turns it on (Bridge config.py:1073-1076)
+    d_dense = (lay.dp or 1) * c.cp if sharded else 1
+    d_exp = (lay.edp or 1) if sharded else 1
     grad = FP32 if c.grad_reduce_in_fp32 else BF16
     master, moments = master_and_moment_bytes(ctx)
     state = master + moments
     on_gpu = 1.0 - c.optimizer_cpu_offload_fraction
     opt = (p.dense * state / d_dense + p.experts * state / d_exp) * on_gpu
     params_m = total / 1e6
+    if c.use_megatron_fsdp:
+        return _fsdp_terms(ctx, p, d_dense, d_exp, grad, state, opt)
     terms = [
         Term("parameters", BF16 * total, _parameter_basis(ctx, total, p.gemm)),
         Term(
@@ -137,6 +144,36 @@ def static_terms(ctx: Context, p: RankParams) -> list[Term]:
     return terms
 
 
+def _fsdp_terms(ctx: Context, p: RankParams, d_dense: int, d_exp: int, grad: int, state: int, opt: float):
+    """Megatron-FSDP optim_grads_params: BF16 weights and main gradients sharded like the optimizer states (dense
+    over DP x CP, experts over EDP); each FSDP unit (a decoder layer) is all-gathered while it runs, and the next one
+    is prefetched, so two units are whole on the GPU at a time."""
+    share = p.dense / d_dense + p.experts / d_exp
+    gathered = 2 * BF16 * p.largest_layer
+    terms = [
+        Term("parameters (Megatron-FSDP shard)", BF16 * share, f"{share / 1e6:,.1f}M params x 2 B"),
+        Term("gradients (Megatron-FSDP shard)", grad * share, f"{share / 1e6:,.1f}M x {grad} B"),
+        Term(
+            "optimizer states",
+            opt,
+            f"{state} B per parameter x ({p.dense / 1e6:,.1f}M dense / {d_dense} + {p.experts / 1e6:,.1f}M expert "
+            f"/ {d_exp})",
+        ),
+        Term(
+            "Megatron-FSDP all-gathered units",
+            gathered,
+            "two decoder layers' BF16 weights (running + prefetch)",
+        ),
+    ]
+    c = ctx.cfg
+    if precision_is_quantized(c.precision) and not c.fp8_param_gather:
+        per = 1 if c.precision == "nvfp4" else 2
+        terms.append(
+            Term("FP8 weight cache", per * p.gemm / max(1, d_dense), "quantized copies of the shard")
+        )
+    return terms
+
+
 def optimizer_assumption(ctx: Context) -> str:
     c = ctx.cfg
     master, moments = master_and_moment_bytes(ctx)
@@ -146,7 +183,12 @@ def optimizer_assumption(ctx: Context) -> str:
     )
     if c.use_precision_aware_optimizer and c.optimizer_cpu_offload_fraction == 0:
         text += " (precision-aware optimizer: BF16 moments, 16-bit remainders of the FP32 master)"
-    if c.use_distributed_optimizer:
+    if c.use_megatron_fsdp:
+        text += (
+            "; Megatron-FSDP (optim_grads_params) shards weights, gradients and optimizer states over DP x CP "
+            "(dense) and EDP (experts) and all-gathers two decoder layers at a time"
+        )
+    elif c.use_distributed_optimizer:
         text += ", sharded over DP x CP (dense weights) and EDP (routed experts) by the distributed optimizer"
     else:
         text += ", not sharded (no distributed optimizer)"

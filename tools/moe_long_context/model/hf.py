@@ -36,7 +36,11 @@ CONVERTER_TITLES = {
     # read by model/hf_hybrid.py
     "glm_moe_dsa": ("GLM-5, GLM-5.1, GLM-5.2", "MLA + DSA indexer", "megatron/bridge/models/glm_moe_dsa/glm5_bridge.py"),
     "deepseek_v32": ("DeepSeek-V3.2", "MLA + DSA indexer", "none (Megatron-LM launch)"),
-    "nemotron_h": ("Nemotron-3 Nano", "Mamba-2 + GQA hybrid", "megatron/bridge/models/nemotronh/nemotron_h_bridge.py"),
+    "nemotron_h": (
+        "Nemotron 3 Nano, Super, Ultra and 3.5 Lightning (LatentMoE, repeated MTP block)",
+        "Mamba-2 + GQA hybrid",
+        "megatron/bridge/models/nemotronh/nemotron_h_bridge.py",
+    ),
 }  # fmt: skip
 
 FAMILY_BY_MODEL_TYPE = {

@@ -75,25 +75,85 @@ def _deepseek_v32(r: _Reader, trunk: Converter) -> None:
 
 
 def _pattern(r: _Reader) -> str:
+    """The main stack's pattern, from hybrid_override_pattern or layers_block_type (transformers 5)."""
+    raw = _symbols(r, "hybrid_override_pattern", "layers_block_type")
+    if raw is None:
+        raise InputError(
+            "model.hybrid_override_pattern", None, "a pattern of M, *, - and E, one symbol per layer"
+        )
+    key = (
+        "hybrid_override_pattern" if r.cfg.get("hybrid_override_pattern") is not None else "layers_block_type"
+    )
+    r.sources["hybrid_layer_pattern"] = f"{r.origin}: {key}"
+    return raw
+
+
+def _symbols(r: _Reader, text_key: str, list_key: str) -> str | None:
+    """A hybrid pattern written as a string (``text_key``) or as a list of block names (``list_key``, the
+    transformers 5 form), checked to use only M, *, - and E; None when neither key is set."""
     cfg = r.cfg
-    raw = cfg.get("hybrid_override_pattern")
-    if raw is None and isinstance(cfg.get("layers_block_type"), list):
-        blocks = cfg["layers_block_type"]
+    raw = cfg.get(text_key)
+    if raw is None and cfg.get(list_key) is not None:
+        blocks = cfg[list_key]
+        if not isinstance(blocks, list) or not all(isinstance(b, str) for b in blocks):
+            raise InputError(f"model.{list_key}", blocks, "a list of mamba, attention, mlp or moe per layer")
         unknown = [b for b in blocks if b not in _BLOCK_TYPE_SYMBOLS]
         if unknown:
-            raise InputError("model.layers_block_type", unknown[0], "mamba, attention, mlp or moe per layer")
-        raw = "".join(_BLOCK_TYPE_SYMBOLS[b] for b in blocks)
-        r.sources["hybrid_layer_pattern"] = f"{r.origin}: layers_block_type"
-    elif raw is not None:
-        r.sources["hybrid_layer_pattern"] = f"{r.origin}: hybrid_override_pattern"
+            raise InputError(f"model.{list_key}", unknown[0], "mamba, attention, mlp or moe per layer")
+        return "".join(_BLOCK_TYPE_SYMBOLS[b] for b in blocks)
+    if raw is None:
+        return None
     if not isinstance(raw, str) or not raw or len(raw) > MAX_PATTERN:
-        raise InputError(
-            "model.hybrid_override_pattern", raw, "a pattern of M, *, - and E, one symbol per layer"
-        )
+        raise InputError(f"model.{text_key}", raw, "a pattern of M, *, - and E, one symbol per layer")
     bad = sorted(set(raw) - set(NEMOTRON_H_SYMBOLS))
     if bad:
-        raise InputError("model.hybrid_override_pattern", raw, f"only M, *, - and E (found {''.join(bad)!r})")
+        raise InputError(f"model.{text_key}", raw, f"only M, *, - and E (found {''.join(bad)!r})")
     return raw
+
+
+MAX_MTP_BLOCK = 64
+
+
+def _mtp_block(r: _Reader, pattern: str) -> None:
+    """Nemotron-H MTP as Bridge reads it (nemotron_h_bridge.py:252-308): num_nextn_predict_layers blocks of the
+    mtp_hybrid_override_pattern (or mtp_layers_block_type) layers, one repeated block unless the config says
+    mtp_use_repeated_layer false."""
+    cfg = r.cfg
+    depth = cfg.get("num_nextn_predict_layers") or 0
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth <= 16:
+        raise InputError("model.num_nextn_predict_layers", depth, "a whole number from 0 to 16")
+    r.set("mtp_num_layers", depth, f"{r.origin}: num_nextn_predict_layers")
+    if not depth:
+        return
+    block = _symbols(r, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
+    if not block:
+        raise InputError(
+            "model.mtp_hybrid_override_pattern",
+            cfg.get("mtp_hybrid_override_pattern"),
+            "the MTP block's pattern (e.g. '*E'): Bridge raises without it when num_nextn_predict_layers > 0 "
+            "(nemotron_h_bridge.py:260-262)",
+        )
+    if len(block) > MAX_MTP_BLOCK:
+        raise InputError("model.mtp_hybrid_override_pattern", block, f"at most {MAX_MTP_BLOCK} symbols")
+    missing = sorted(set(block) - set(pattern))
+    if missing:
+        raise InputError(
+            "model.mtp_hybrid_override_pattern",
+            block,
+            "symbols the main pattern also has (the engine counts each MTP layer like the decoder's first layer "
+            f"of its kind; {''.join(missing)!r} has none)",
+        )
+    key = (
+        "mtp_layers_block_type"
+        if cfg.get("mtp_hybrid_override_pattern") is None
+        else "mtp_hybrid_override_pattern"
+    )
+    r.set("mtp_block_pattern", block, f"{r.origin}: {key}")
+    repeated = cfg.get("mtp_use_repeated_layer", True)
+    if not isinstance(repeated, bool):
+        raise InputError("model.mtp_use_repeated_layer", repeated, "true or false")
+    why = "mtp_use_repeated_layer" if "mtp_use_repeated_layer" in cfg else "unset: Bridge's default True"
+    r.set("mtp_use_repeated_layer", repeated, f"{r.origin}: {why} (nemotron_h_bridge.py:305)")
 
 
 def _nemotron_h(r: _Reader) -> None:
@@ -104,20 +164,14 @@ def _nemotron_h(r: _Reader) -> None:
         raise InputError(
             "model.num_hidden_layers", layers, f"the pattern length ({len(pattern)} symbols, one per layer)"
         )
-    if cfg.get("num_nextn_predict_layers"):
-        raise InputError(
-            "model.num_nextn_predict_layers",
-            cfg["num_nextn_predict_layers"],
-            "0: Nemotron-H MTP blocks (mtp_hybrid_override_pattern, repeated layer) are not modelled",
-        )
-    if cfg.get("moe_latent_size"):
-        raise InputError(
-            "model.moe_latent_size",
-            cfg["moe_latent_size"],
-            "unset: LatentMoE (Nemotron-3 Super/Ultra) is not modelled",
-        )
+    _mtp_block(r, pattern)
+    if cfg.get("moe_latent_size") is not None:  # nemotron_h_bridge.py:298-299 hasattr(moe_latent_size)
+        r.take("moe_latent_size", "moe_latent_size", None, int)
     r.values["hybrid_layer_pattern"] = pattern
-    r.take("num_layers", "num_hidden_layers", len(pattern))
+    if cfg.get("num_hidden_layers") is None:  # transformers 5 configs (Ultra) give the layer list alone
+        r.set("num_layers", len(pattern), r.sources["hybrid_layer_pattern"])
+    else:
+        r.take("num_layers", "num_hidden_layers")
     r.take("hidden_size", "hidden_size")
     r.take("vocab_size", "vocab_size")
     r.take("tie_embeddings", "tie_word_embeddings", False, bool)

@@ -4,8 +4,8 @@ Formulas follow Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (c
 GQA, MLA, dense and MoE MLPs, extended with what that file leaves out: biases (gpt-oss), attention
 sinks, Q/K norms (per head, or over all heads as OLMoE and MiniMax-M2 have them), Q/K/V-only biases, the
 attention output gate, per-layer-type head shapes (Gemma-4, Step-3.5, MiMo-V2-Flash), a V narrower than Q and K,
-Gated DeltaNet layers (Qwen3-Next)
-and the MTP block (``eh_proj`` plus two norms plus one transformer layer).
+Gated DeltaNet layers (Qwen3-Next), LatentMoE (experts on latent tokens, params_hybrid.py)
+and the MTP block (``eh_proj`` plus two norms plus one transformer layer or a Nemotron-H block's layers).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from .params_hybrid import dsa_indexer_params, mamba_params
+from .params_hybrid import dsa_indexer_params, latent_projection_params, mamba_params
 from .specs import ModelSpec
 
 
@@ -24,8 +24,9 @@ class LayerParams:
     attention: int  # attention block weights, sharded over TP
     mlp: int  # dense MLP or shared expert(s), sharded over TP
     experts: int  # routed experts, sharded over EP x ETP
-    replicated: int  # norms, router, gates: replicated on every TP rank
+    replicated: int  # norms, router, gates, LatentMoE projections: replicated on every TP rank
     active_experts: int  # routed-expert weights one token passes through
+    replicated_gemm: int = 0  # the GEMM weights among ``replicated`` (LatentMoE projections)
 
     @property
     def total(self) -> int:
@@ -104,11 +105,13 @@ def megatron_only_params(spec: ModelSpec, layer_type: str) -> int:
     return extra
 
 
-def _ffn(spec: ModelSpec, width: int) -> int:
+def _ffn(spec: ModelSpec, width: int, io: int | None = None) -> int:
+    """An MLP of FFN width ``width`` reading and writing ``io``-wide tokens (hidden unless given)."""
+    io = spec.hidden_size if io is None else io
     factor = 3 if spec.gated_linear_unit else 2
-    weights = factor * spec.hidden_size * width
+    weights = factor * io * width
     if spec.add_bias_linear:
-        weights += (factor - 1) * width + spec.hidden_size
+        weights += (factor - 1) * width + io
     return weights
 
 
@@ -121,10 +124,11 @@ def mlp_params(spec: ModelSpec, is_moe: bool, layer_type: str = "full") -> tuple
     replicated = h * spec.norm_params_per_width  # pre-MLP norm
     if not is_moe:
         return _ffn(spec, spec.ffn_hidden_size), 0, 0, replicated
-    expert = _ffn(spec, spec.moe_ffn_hidden_size)
+    expert = _ffn(spec, spec.moe_ffn_hidden_size, spec.moe_token_width)  # LatentMoE: experts on latent tokens
     experts = spec.num_experts * expert
     active = spec.moe_router_topk * expert
     replicated += h * spec.num_experts  # router
+    replicated += latent_projection_params(spec)
     if spec.add_bias_linear:
         replicated += spec.num_experts  # router bias (gpt-oss)
     # a sigmoid router's expert-bias correction is a buffer, not a parameter, in Megatron (TopKRouter expert_bias)
@@ -154,10 +158,10 @@ def spec_cache(spec: ModelSpec) -> dict:
 
 def _compute_layer(spec: ModelSpec, index: int) -> LayerParams:
     attn, attn_rep = attention_params(spec, spec.attention_layer_types[index])
-    shared, experts, active, mlp_rep = mlp_params(
-        spec, spec.moe_layers[index], spec.attention_layer_types[index]
-    )
-    return LayerParams(attn, shared, experts, attn_rep + mlp_rep, active)
+    is_moe, layer_type = spec.moe_layers[index], spec.attention_layer_types[index]
+    shared, experts, active, mlp_rep = mlp_params(spec, is_moe, layer_type)
+    latent = latent_projection_params(spec) if is_moe and spec.layer_has_mlp(layer_type) else 0
+    return LayerParams(attn, shared, experts, attn_rep + mlp_rep, active, replicated_gemm=latent)
 
 
 def layer_table(spec: ModelSpec) -> tuple[LayerParams, ...]:
@@ -174,15 +178,17 @@ def layer_params(spec: ModelSpec, index: int) -> LayerParams:
 
 
 def mtp_layer_params(spec: ModelSpec) -> LayerParams:
-    """One MTP module: two input norms, eh_proj (2h -> h), a transformer layer like ``mtp_layer_index``, a norm."""
-    last = layer_params(spec, spec.mtp_layer_index)
+    """One MTP module: two input norms, eh_proj (2h -> h), its inner layers (one like ``mtp_layer_index``, or a
+    Nemotron-H block's pattern layers, multi_token_prediction.py:983-1050), a final norm."""
+    inner = [layer_params(spec, i) for i in spec.mtp_block_layers]
     h = spec.hidden_size
     return LayerParams(
-        attention=last.attention + 2 * h * h,
-        mlp=last.mlp,
-        experts=last.experts,
-        replicated=last.replicated + 3 * h * spec.norm_params_per_width,
-        active_experts=last.active_experts,
+        attention=sum(lp.attention for lp in inner) + 2 * h * h,
+        mlp=sum(lp.mlp for lp in inner),
+        experts=sum(lp.experts for lp in inner),
+        replicated=sum(lp.replicated for lp in inner) + 3 * h * spec.norm_params_per_width,
+        active_experts=sum(lp.active_experts for lp in inner),
+        replicated_gemm=sum(lp.replicated_gemm for lp in inner),
     )
 
 
@@ -201,7 +207,7 @@ class ModelParams:
     active: int  # what one token passes through, embeddings included
     embedding: int  # input embedding (+ output layer when untied, + learned position table)
     experts: int  # routed experts over all MoE layers
-    mtp: int  # the MTP modules, not in total
+    mtp: int  # the MTP modules' weights (one block when it is repeated), not in total
     megatron_only: int = 0  # in total and active, but not in the checkpoint (megatron_only_params)
 
     @property
@@ -222,7 +228,7 @@ def model_params(spec: ModelSpec) -> ModelParams:
     total = sum(lp.total for lp in layers) + embedding + final_norm
     active = sum(lp.active for lp in layers) + embedding + final_norm
     experts = sum(lp.experts for lp in layers)
-    mtp = spec.mtp_num_layers * mtp_layer_params(spec).total
+    mtp = spec.mtp_weight_blocks(spec.mtp_num_layers) * mtp_layer_params(spec).total
     extra = sum(megatron_only_params(spec, t) for t in spec.attention_layer_types)
     return ModelParams(
         total=total, active=active, embedding=embedding, experts=experts, mtp=mtp, megatron_only=extra

@@ -209,6 +209,25 @@ class ModelSpec(BaseModel):
     mlp_squared_relu: bool = Field(
         default=False, description="MLPs use squared ReLU (Nemotron-H), not SwiGLU."
     )
+    mtp_block_pattern: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Hybrid symbols of one MTP block (Nemotron-H mtp_hybrid_override_pattern, e.g. '*E': an "
+        "attention layer then an MoE layer), each counted like the first decoder layer with that symbol; None: "
+        "one layer like mtp_layer_like.",
+    )
+    mtp_use_repeated_layer: bool = Field(
+        default=False,
+        description="One MTP block's weights are applied mtp_num_layers times (Megatron Core "
+        "mtp_use_repeated_layer; Bridge's nemotron_h default when the checkpoint has MTP).",
+    )
+    moe_latent_size: int | None = Field(
+        default=None,
+        gt=0,
+        description="LatentMoE width (Nemotron-3 Super/Ultra): routed experts read and write tokens of this width, "
+        "projected from and back to hidden by two TP-replicated linears; the dispatcher moves latent tokens.",
+    )
     dsa_index_n_heads: int | None = Field(default=None, gt=0, description="DSA lightning-indexer heads.")
     dsa_index_head_dim: int | None = Field(default=None, gt=0, description="DSA indexer head dim.")
     dsa_index_topk: int | None = Field(default=None, gt=0, description="Keys each query attends to (top-k).")
@@ -257,6 +276,18 @@ class ModelSpec(BaseModel):
                 raise ValueError(
                     "a hybrid with Mamba layers needs mamba_num_heads, head_dim, state_dim, groups"
                 )
+        if self.mtp_block_pattern is not None:
+            if not self.hybrid_layer_pattern:
+                raise ValueError(
+                    "mtp_block_pattern describes a hybrid MTP block: it needs hybrid_layer_pattern"
+                )
+            missing = sorted(set(self.mtp_block_pattern) - set(self.hybrid_layer_pattern))
+            if missing:
+                raise ValueError(
+                    f"mtp_block_pattern symbols {''.join(missing)!r} do not occur in hybrid_layer_pattern"
+                )
+        if self.moe_latent_size is not None and not self.is_moe:
+            raise ValueError("moe_latent_size needs routed experts (num_experts > 0)")
         if self.has_dsa and not (self.dsa_index_n_heads and self.dsa_index_head_dim and self.dsa_index_topk):
             raise ValueError("DSA layers need dsa_index_n_heads, dsa_index_head_dim and dsa_index_topk")
         return self
@@ -321,9 +352,27 @@ class ModelSpec(BaseModel):
         return self.num_experts > 0
 
     @property
+    def moe_token_width(self) -> int:
+        """Width of the tokens the dispatcher moves and the routed experts read and write: the LatentMoE width, or
+        hidden (Megatron Core moe_layer.py fc1_latent_proj runs before the dispatch)."""
+        return self.moe_latent_size or self.hidden_size
+
+    @property
     def mtp_layer_index(self) -> int:
         """The decoder layer an MTP layer is counted like (parameters, activations, FLOPs)."""
         return self.num_layers - 1 if self.mtp_layer_like is None else self.mtp_layer_like
+
+    @cached_property
+    def mtp_block_layers(self) -> tuple[int, ...]:
+        """Decoder layers one MTP block's inner layers are counted like (parameters, activations, FLOPs): the first
+        layer of each symbol of ``mtp_block_pattern``, or ``mtp_layer_index`` for a one-layer MTP block."""
+        if self.mtp_block_pattern and self.hybrid_layer_pattern:
+            return tuple(self.hybrid_layer_pattern.index(symbol) for symbol in self.mtp_block_pattern)
+        return (self.mtp_layer_index,)
+
+    def mtp_weight_blocks(self, depths: int) -> int:
+        """MTP blocks whose weights exist for ``depths`` MTP depths: one shared block when the layer is repeated."""
+        return min(depths, 1) if self.mtp_use_repeated_layer else depths
 
     @cached_property
     def moe_layers(self) -> tuple[bool, ...]:

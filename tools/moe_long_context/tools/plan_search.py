@@ -69,6 +69,14 @@ def _tp_options(model: ModelSpec, gpu: GpuSpec) -> list[int]:
     return out
 
 
+# GPT split settings HybridModel does not read (rules/mamba.py HYBRID_GPT_SPLIT_IGNORED)
+HYBRID_IGNORES = {
+    "pipeline_layout",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+}
+
+
 def _split_options(model: ModelSpec, pp: int, mtp: int, cache: dict) -> list[tuple[int | None, dict]]:
     """(VPP, split settings) pairs that split the layers over PP (VPP 1, 2, 4, ...)."""
     if pp == 1:
@@ -77,8 +85,13 @@ def _split_options(model: ModelSpec, pp: int, mtp: int, cache: dict) -> list[tup
     if key not in cache:
         options = []
         per_rank = model.num_layers // pp
-        for vpp in [None, *(v for v in (2, 3, 4, 6, 8, 12) if v <= per_rank)]:
-            proposals = propose_splits(model.num_layers, pp, vpp, mtp, limit=1)
+        # a hybrid stack takes no VPP (Bridge's HybridModelProvider refuses it; Megatron-LM needs '|' in the
+        # pattern) and splits by its pattern alone: evenly, or with first/last stage counts
+        vpps = [None] if model.is_hybrid else [None, *(v for v in (2, 3, 4, 6, 8, 12) if v <= per_rank)]
+        for vpp in vpps:
+            proposals = propose_splits(model.num_layers, pp, vpp, mtp, limit=3 if model.is_hybrid else 1)
+            if model.is_hybrid:
+                proposals = [p for p in proposals if not set(p.settings) & HYBRID_IGNORES]
             if proposals:
                 options.append((vpp, dict(proposals[0].settings)))
         cache[key] = options
@@ -188,8 +201,8 @@ Kind = tuple[str, bool]  # (attention type, MoE?) of a decoder layer: layers of 
 
 
 def _chunk_kinds(model: ModelSpec, split) -> tuple[tuple[tuple[tuple[Kind, int], ...], ...], ...]:
-    """Per rank and virtual stage: how many layers of each kind it holds (MTP layers count as the last
-    layer's kind). Cached per split, which many candidates share."""
+    """Per rank and virtual stage: how many layers of each kind it holds (each MTP depth counts as the kinds of
+    the MTP block's layers). Cached per split, which many candidates share."""
     cache = spec_cache(model)
     key = ("chunk_kinds", split)
     if key not in cache:
@@ -199,7 +212,7 @@ def _chunk_kinds(model: ModelSpec, split) -> tuple[tuple[tuple[tuple[Kind, int],
             for r in range(split.pp):
                 stage = split.stages[r][v]
                 counts: dict[Kind, int] = {}
-                layers = [*range(index, index + stage.decoders), *([model.mtp_layer_index] * stage.mtp)]
+                layers = [*range(index, index + stage.decoders), *(model.mtp_block_layers * stage.mtp)]
                 for i in layers:
                     k = (model.attention_layer_types[i], model.moe_layers[i])
                     counts[k] = counts.get(k, 0) + 1

@@ -281,6 +281,15 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     "GEMMA4_MOE_CUDA_GRAPHS": lambda ctx: {"cuda_graph_impl": "none", "cuda_graph_modules": None},
     "GEMMA4_MOE_SHARED_EXPERT_OVERLAP": lambda ctx: {"moe_shared_expert_overlap": False},
     "GEMMA4_MOE_LAYERNORM_RECOMPUTE": _without("recompute_modules", "layernorm"),
+    # hybrid stacks (rules/mamba.py, rules/hybrid_blocks.py)
+    "HYBRID_VPP_BRIDGE": lambda ctx: {"vpp": None},
+    "HYBRID_VPP_NEEDS_PIPES": lambda ctx: {"vpp": None},
+    "HYBRID_LM_SPLIT_FLAGS": lambda ctx: {
+        "pipeline_layout": None,
+        "account_for_embedding_in_pipeline_split": False,
+        "account_for_loss_in_pipeline_split": False,
+    },
+    "LATENT_MOE_SHARED_EXPERT_OVERLAP": lambda ctx: {"moe_shared_expert_overlap": False},
 }
 
 

@@ -18,6 +18,7 @@ from ..engine.config import (
     ContextParallelArgs,
     CudaGraphArgs,
     DataArgs,
+    FsdpArgs,
     LauncherArgs,
     ModelArgs,
     MoEArgs,
@@ -50,6 +51,7 @@ class GraphShapeArgs(_Args):
 
 class ValidateCudaGraphsRequest(  # bases in reverse order of the fields
     LauncherArgs,
+    FsdpArgs,  # Megatron-FSDP changes what MXFP8 parameter gathering needs (rules/precision.py)
     PrecisionArgs,
     DataArgs,
     MoEArgs,

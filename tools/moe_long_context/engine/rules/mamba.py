@@ -95,7 +95,15 @@ def hybrid_pipeline(ctx: Context) -> Iterator[Finding]:
     if not m.is_hybrid or c.pp == 1:
         return
     n = m.num_layers
-    if (ctx.vpp or 1) > 1:
+    if (ctx.vpp or 1) > 1 and c.launcher == "bridge":
+        yield finding(
+            "HYBRID_VPP_BRIDGE",
+            f"VPP={ctx.vpp} on the hybrid {m.name}: Megatron Bridge 0.6.2's HybridModelProvider refuses virtual "
+            "pipeline stages when it builds the model, whatever the pattern.",
+            "Drop vpp (with PP > 1 that leaves plain 1F1B); Megatron-LM builds hybrid VPP from '|' in the pattern.",
+            ["vpp"],
+        )
+    elif (ctx.vpp or 1) > 1:
         yield finding(
             "HYBRID_VPP_NEEDS_PIPES",
             f"VPP={ctx.vpp} on the hybrid {m.name}: Megatron refuses virtual pipeline stages when "
@@ -130,7 +138,15 @@ def hybrid_pipeline(ctx: Context) -> Iterator[Finding]:
         for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
         if getattr(c, k)
     ]
-    if ignored:
+    if ignored and c.launcher == "megatron-lm":
+        yield finding(
+            "HYBRID_LM_SPLIT_FLAGS",
+            f"Megatron-LM refuses {', '.join(ignored)} with --hybrid-layer-pattern: the pattern's '|' separators "
+            "define the stages.",
+            "Drop them; split with '|' in the pattern or with the first/last stage counts.",
+            ignored,
+        )
+    elif ignored:
         yield finding(
             "HYBRID_GPT_SPLIT_IGNORED",
             f"{', '.join(ignored)} do not steer HybridModel's split: it allocates layers from hybrid_layer_pattern "

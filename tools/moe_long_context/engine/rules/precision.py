@@ -130,7 +130,12 @@ def param_gather(ctx: Context) -> Iterator[Finding]:
             "Set use_distributed_optimizer=true, or drop fp8_param_gather.",
             ["fp8_param_gather", "use_distributed_optimizer"],
         )
-    elif c.precision == "mxfp8" and c.launcher == "bridge" and not c.reuse_grad_buf_for_mxfp8_param_ag:
+    elif (
+        c.precision == "mxfp8"
+        and c.launcher == "bridge"
+        and not c.reuse_grad_buf_for_mxfp8_param_ag
+        and not c.use_megatron_fsdp  # Bridge asserts it only without FSDP, which turns it off (config.py:1349-1359)
+    ):
         yield finding(
             "PRECISION_PARAM_GATHER",
             "fp8_param_gather with MXFP8 in Megatron Bridge needs reuse_grad_buf_for_mxfp8_param_ag "
