@@ -24,10 +24,10 @@ class InputError(ValueError):
         super().__init__(text)
 
     @classmethod
-    def plain(cls, message: str) -> InputError:
+    def plain(cls, message: str, field: str = "request") -> InputError:
         """An InputError whose message is already complete (several fields, already described)."""
         err = cls.__new__(cls)
-        err.field, err.value, err.allowed, err.hint = "request", None, message, None
+        err.field, err.value, err.allowed, err.hint = field, None, message, None
         ValueError.__init__(err, message)
         return err
 
@@ -83,3 +83,37 @@ def describe_validation_error(exc, fields: Iterable[str] = ()) -> str:
             parts.append(f"{name}={shown} is not allowed: {err.get('msg')}")
     unique = list(dict.fromkeys(parts))
     return "; ".join(unique)
+
+
+# Lists and objects inside each other: a config.json or a ConfigContainer is a few levels deep. Anything far
+# deeper is refused before a recursive reader (json, yaml, repr, pydantic) can run out of stack.
+MAX_NESTING = 64
+
+
+def nesting_depth(value: object, limit: int = MAX_NESTING) -> int:
+    """How many levels of lists, tuples and dicts ``value`` has, counted level by level (no recursion) and
+    stopped once past ``limit``."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        containers = [v for v in level if isinstance(v, dict | list | tuple)]
+        if not containers:
+            break
+        depth += 1
+        level = [item for c in containers for item in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
+def too_deep(field: str, where: str | None = None) -> InputError:
+    """The refusal of a value nested deeper than MAX_NESTING levels, named by its field (and the file it came
+    from), never shown: its repr would recurse as deep as it nests."""
+    named = f"{field}={where!r}" if where else field
+    return InputError.plain(
+        f"{named} is nested more than {MAX_NESTING} levels deep (lists and objects inside each other); "
+        "a configuration is a few levels: give a flat JSON or YAML object",
+        field,
+    )
+
+
+def check_nesting(value: object, field: str, where: str | None = None) -> None:
+    if nesting_depth(value) > MAX_NESTING:
+        raise too_deep(field, where)

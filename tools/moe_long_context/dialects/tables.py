@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import InputError
+from ..errors import InputError, check_nesting, too_deep
 from .bridge_keys import bridge_value_problem
 from .hydra import HydraValueError, hydra_value, parse_value
 from .shell import ShellSyntaxError, Word, split_words
@@ -332,7 +332,8 @@ def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
         try:
             out[key] = parse_value(value)
         except HydraValueError as exc:
-            raise InputError.plain(f"bridge_overrides: {key}={value}: {exc}") from None
+            shown = value if len(value) <= 80 else value[:60] + "..."
+            raise InputError.plain(f"bridge_overrides: {key}={shown}: {exc}") from None
     return out
 
 
@@ -350,15 +351,19 @@ def flatten_config(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def load_config_object(source: str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(source, Mapping):
+        check_nesting(source, "config")
         return dict(source)
     try:
         data = yaml.safe_load(source)
+    except RecursionError:
+        raise too_deep("config") from None
     except yaml.YAMLError as exc:
         raise InputError(
             "config", str(source)[:60], f"a JSON or YAML object ({exc.__class__.__name__})"
         ) from exc
     if not isinstance(data, Mapping):
         raise InputError("config", str(source)[:60], "a JSON or YAML object with ConfigContainer sections")
+    check_nesting(data, "config")
     return dict(data)
 
 

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from .. import __version__
 from ..errors import InputError, describe_validation_error
-from .registry import TOOLS, TOOLS_BY_NAME, Tool
+from .registry import TOOLS, TOOLS_BY_NAME, Tool, validate_arguments
 from .schemas import compact_input_schema, compact_output_schema
 from .server_content import INSTRUCTIONS, SKILL_NAME, add_completions, add_prompts, add_resources
 from .summary import summarize
@@ -82,7 +82,7 @@ def run_tool(tool: Tool, arguments: dict[str, Any]) -> CallToolResult:
     if detail not in DETAIL_SCHEMA["enum"]:
         raise ToolError(f"{tool.name}: detail={detail!r} is not allowed: one of 'summary', 'full'")
     try:
-        request = tool.request.model_validate(arguments)
+        request = validate_arguments(tool.request, arguments)
     except ValidationError as exc:
         raise ToolError(f"{tool.name}: {describe_validation_error(exc, tool.request.model_fields)}") from None
     try:

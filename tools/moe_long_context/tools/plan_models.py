@@ -37,6 +37,7 @@ class PlanLayoutRequest(_Args):
         default=True, description="Allow optimizer CPU offload when recompute alone does not fit."
     )
     overhead_gib: float | None = Field(
+        allow_inf_nan=False,
         default=None,
         ge=0.0,
         le=1024.0,
@@ -44,6 +45,7 @@ class PlanLayoutRequest(_Args):
         "plan must fit with it. Unset: the memory model's default. Raise it to plan with more headroom.",
     )
     headroom: float = Field(
+        allow_inf_nan=False,
         default=0.05,
         ge=0.0,
         le=0.5,
