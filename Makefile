@@ -64,9 +64,9 @@ run: $(VENV)/.run-installed
 	@echo; echo "### 2. plan_layout: ranked plans for DeepSeek-V3 at 128K on 256 H100 (report: build/plan.html)"
 	@mkdir -p build
 	$(MOE) plan $(DSV3) --num-gpus 256 --top-n 3 --report build/plan.html $(OK1)
-	@echo; echo "### 3. lint_config: the top plan's Megatron-LM arguments, as a launch script would pass them"
+	@echo; echo "### 3. lint_config: the top plan's Megatron-LM arguments, quoted as a launch script passes them"
 	$(MOE) plan $(DSV3) --num-gpus 256 --top-n 1 --json \
-		| $(BIN)/python -c "import json,sys; print(' '.join(json.load(sys.stdin)['plans'][0]['megatron_args']))" \
+		| $(BIN)/python -c "import json,shlex,sys; print(shlex.join(json.load(sys.stdin)['plans'][0]['megatron_args']))" \
 		| $(MOE) lint --megatron-args - --model deepseek-v3 --gpu h100 --num-gpus 256 $(OK1)
 	@echo; echo "### 4. estimate_memory: the published layout (TP1 CP32 EP32 PP8 VPP4) with its recompute and offload"
 	$(MOE) estimate-memory $(DSV3_RECIPE) --recompute-granularity selective \

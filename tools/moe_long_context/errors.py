@@ -18,7 +18,7 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        text = f"{field}={value!r} is not allowed: {allowed}"
+        text = f"{field}={shown(value)} is not allowed: {allowed}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)
@@ -30,6 +30,18 @@ class InputError(ValueError):
         err.field, err.value, err.allowed, err.hint = field, None, message, None
         ValueError.__init__(err, message)
         return err
+
+
+def shown(value: object) -> str:
+    """A value as a refusal quotes it: its repr, cut to a line; a list or object that is long, or nested
+    deeper than a few levels (its repr would recurse), by its type name."""
+    if isinstance(value, dict | list | tuple):
+        if nesting_depth(value, 8) > 8:
+            return type(value).__name__
+        text = repr(value)
+        return text if len(text) < 80 else type(value).__name__
+    text = repr(value)
+    return text if len(text) <= 120 else text[:100] + "..."
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
@@ -74,13 +86,10 @@ def describe_validation_error(exc, fields: Iterable[str] = ()) -> str:
             parts.append(f"{name} is not an argument of this tool{hint}")
         elif err.get("type") == "missing":
             parts.append(f"{name} is required")
+        elif not loc:  # a check across fields: its message names them
+            parts.append(str(err.get("msg")).removeprefix("Value error, "))
         else:
-            shown = (
-                repr(value)
-                if not isinstance(value, dict | list) or len(repr(value)) < 80
-                else type(value).__name__
-            )
-            parts.append(f"{name}={shown} is not allowed: {err.get('msg')}")
+            parts.append(f"{name}={shown(value)} is not allowed: {err.get('msg')}")
     unique = list(dict.fromkeys(parts))
     return "; ".join(unique)
 

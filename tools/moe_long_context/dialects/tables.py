@@ -88,6 +88,9 @@ class ParsedScript:
     missing_value: list[str] = field(default_factory=list)  # flags written without the value they need
     stray: list[str] = field(default_factory=list)  # words argparse would refuse as unrecognized arguments
     exports: dict[str, tuple[int, int]] = field(default_factory=dict)  # NAME -> span of its assignment
+    bash_breaks: dict[str, str] = field(
+        default_factory=dict
+    )  # flag -> its value bash splits (unquoted | ( ))
 
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -252,6 +255,8 @@ def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list
         j = i + 1
         if eq:
             values = [inline_value]
+            if w.breaks and w.kind == "word":
+                parsed.bash_breaks[name] = inline_value
         elif spec is None or spec["kind"] == "value":
             nargs = spec.get("nargs", 1) if spec else "*"
             while j < len(words) and not _is_option_like(words[j].value):
@@ -260,6 +265,8 @@ def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list
                 if values and _BARE_VAR.match(words[j].value):
                     break  # "$@" or an unknown array after a list value: more arguments, not this flag's
                 values.append(words[j].value)
+                if words[j].breaks and words[j].kind == "word":
+                    parsed.bash_breaks[name] = words[j].value
                 j += 1
         if spec is None:
             parsed.unknown.append(name)

@@ -93,6 +93,11 @@ def _read_text_input(name: str, value: str) -> str:
             raise InputError.plain(
                 f"--{name.replace('_', '-')} {value}: cannot read it ({exc.strerror})"
             ) from None
+        except ValueError:  # a NUL byte, or a character no file name can hold (a lone surrogate)
+            raise InputError.plain(
+                f"--{name.replace('_', '-')} {value!r}: not a file name this system can open (give a path, - for "
+                "stdin, or the launch text itself)"
+            ) from None
         where = value
     else:
         return value
@@ -336,6 +341,9 @@ EXTENSIONS: list = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # echoed input may hold what the terminal cannot encode
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command is None:
