@@ -44,7 +44,7 @@ RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name
 	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
 	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
-.PHONY: run test check-node lint clean conformance evals evals-check
+.PHONY: run test fuzz check-node lint clean conformance evals evals-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,12 @@ test: $(VENV)/.dev-installed
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/pytest
+
+# The fuzz suite (tests/test_server_fuzz.py: every tool through the Python API, the CLI and MCP in process and
+# over stdio) with many more examples than the dozen per tool and face `make test` runs.
+FUZZ_EXAMPLES ?= 400
+fuzz: $(VENV)/.dev-installed
+	MOE_LC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q tests/test_server_fuzz.py
 
 # Claude Code registration, MCP Inspector CLI and protocol conformance: npm packages cached under build/npm.
 # Each check is skipped, and says why, without Node.js or the npm registry.
