@@ -46,10 +46,23 @@ def deep_json(tmp_path):
     return path
 
 
-def test_deep_config_json_file_is_refused_by_every_command_taking_a_model(capsys, deep_json):
-    code, out, err = run_cli(capsys, "models", deep_json)
-    refused_in_one_line(code, out, err, f"model={str(deep_json)!r}", "nested")
-    code, out, err = run_cli(capsys, "size-cp", "--model", deep_json, "--seq-len", 8192)
+# the fewest arguments each command needs to read its model
+MINIMAL = {"size-cp": ["--seq-len", 8192], "lint": ["--megatron-args=--tensor-model-parallel-size 1"]}
+
+
+@pytest.mark.parametrize("command", ["models", *(t.command for t in TOOLS)])
+def test_deep_config_json_file_is_refused_by_every_command_taking_a_model(capsys, deep_json, command):
+    if command == "models":
+        argv = ["models", deep_json]
+    else:
+        needed = {"--gpu": "h100", "--num-gpus": 8, "--seq-len": 8192}
+        argv = [
+            command,
+            "--model",
+            deep_json,
+            *MINIMAL.get(command, [x for kv in needed.items() for x in kv]),
+        ]
+    code, out, err = run_cli(capsys, *argv)
     refused_in_one_line(code, out, err, f"model={str(deep_json)!r}", "nested")
 
 
