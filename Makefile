@@ -44,7 +44,7 @@ RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name
 	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
 	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
-.PHONY: run test check-node lint clean conformance evals evals-check
+.PHONY: run test fuzz check-node lint clean conformance evals evals-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,9 +64,9 @@ run: $(VENV)/.run-installed
 	@echo; echo "### 2. plan_layout: ranked plans for DeepSeek-V3 at 128K on 256 H100 (report: build/plan.html)"
 	@mkdir -p build
 	$(MOE) plan $(DSV3) --num-gpus 256 --top-n 3 --report build/plan.html $(OK1)
-	@echo; echo "### 3. lint_config: the top plan's Megatron-LM arguments, as a launch script would pass them"
+	@echo; echo "### 3. lint_config: the top plan's Megatron-LM arguments, quoted as a launch script passes them"
 	$(MOE) plan $(DSV3) --num-gpus 256 --top-n 1 --json \
-		| $(BIN)/python -c "import json,sys; print(' '.join(json.load(sys.stdin)['plans'][0]['megatron_args']))" \
+		| $(BIN)/python -c "import json,shlex,sys; print(shlex.join(json.load(sys.stdin)['plans'][0]['megatron_args']))" \
 		| $(MOE) lint --megatron-args - --model deepseek-v3 --gpu h100 --num-gpus 256 $(OK1)
 	@echo; echo "### 4. estimate_memory: the published layout (TP1 CP32 EP32 PP8 VPP4) with its recompute and offload"
 	$(MOE) estimate-memory $(DSV3_RECIPE) --recompute-granularity selective \
@@ -78,6 +78,12 @@ test: $(VENV)/.dev-installed
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/pytest
+
+# The fuzz suite (tests/test_server_fuzz.py: every tool through the Python API, the CLI and MCP in process and
+# over stdio) with many more examples than the dozen per tool and face `make test` runs.
+FUZZ_EXAMPLES ?= 400
+fuzz: $(VENV)/.dev-installed
+	MOE_LC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q tests/test_server_fuzz.py
 
 # Claude Code registration, MCP Inspector CLI and protocol conformance: npm packages cached under build/npm.
 # Each check is skipped, and says why, without Node.js or the npm registry.

@@ -6,6 +6,7 @@ model for every PP rank, the result models), as an agent's call would.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import timeit
 
@@ -26,4 +27,8 @@ def main(repeat: int = 7, number: int = 200) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds per layout")
+    parser.add_argument("--number", type=int, default=200, help="calls per round")
+    ns = parser.parse_args()
+    main(ns.repeat, ns.number)

@@ -49,3 +49,12 @@ def test_skill_model_block_is_current():
     )
     families = (REFERENCES / "families.md").read_text()
     assert all(f"`{t}`" in skill and f"| `{t}` |" in families for t in supported_model_types())
+
+
+def test_types_in_the_tools_page_are_types_a_reader_knows():
+    """A constrained list (list[Annotated[int, Field(ge=1)]]) is written list[int], not list[Annotated]."""
+    from moe_long_context.faces.docs import PAGES
+
+    page = PAGES["tools.md"]()
+    assert "Annotated" not in page and "typing." not in page and "<class" not in page
+    assert "| `hierarchical_cp_sizes` | list[int] \\| null |" in page

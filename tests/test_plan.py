@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,7 +36,7 @@ def assert_plan_is_sound(p, gpu: str, num_gpus: int):
         p.layout,
         [(f.code, f.message) for f in bridge.findings if f.severity.value == "error"],
     )
-    script = "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py " + " ".join(p.megatron_args)
+    script = "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py " + shlex.join(p.megatron_args)
     lm = lint_config(LintConfigRequest(megatron_args=script, model=cfg["model"], gpu=gpu, num_gpus=num_gpus))
     assert lm.valid, (p.layout, [(f.code, f.message) for f in lm.findings if f.severity.value == "error"])
 

@@ -12,6 +12,7 @@ import pytest
 
 from moe_long_context.faces.report import COMPONENT_COLOURS, component_style, render_plan_report
 from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
+from paste import bash_words, hydra_values
 
 DSV3 = dict(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, top_n=3)  # has a published layout
 QWEN3 = dict(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=2)
@@ -34,10 +35,15 @@ def test_report_has_every_part_of_the_result(job):
     result, text = report(job)
     plans = section(text, "plans")
     assert plans.count("<tr>") == len(result.plans) + 1
-    overrides = html.unescape(section(text, "overrides"))
-    for p in result.plans:
+    blocks = [
+        html.unescape(b) for b in re.findall(r"<pre class='(?:bridge|megatron)'>(.*?)</pre>", text, re.S)
+    ]
+    assert len(blocks) == 2 * len(result.plans)
+    for p, bridge, megatron in zip(result.plans, blocks[::2], blocks[1::2], strict=True):
         assert f"<td>{p.layout}</td>" in plans
-        assert "\n".join(p.bridge_overrides) in overrides and " ".join(p.megatron_args) in overrides
+        # pasted into bash, each block passes exactly the plan's words; the overrides then read as Hydra reads
+        assert bash_words(megatron) == p.megatron_args and bash_words(bridge) == p.bridge_overrides
+        assert hydra_values(bash_words(bridge)) == hydra_values(p.bridge_overrides)
     findings = html.unescape(section(text, "findings"))
     for f in [*result.findings, *(f for p in result.plans for f in p.findings)]:
         assert f"{f.severity.value.upper()} {f.code}" in findings and f.message in findings
@@ -53,6 +59,32 @@ def test_published_layout_comparison_is_there(job):
     result, text = report(job)
     assert result.references, "both jobs have a published layout (engine/layouts.yaml)"
     assert '<table class="comparison">' in section(text, "comparison")
+
+
+@pytest.mark.parametrize("job", ["dsv3", "qwen3"])
+def test_memory_bars_mark_the_budget_plans_fit(job):
+    """Besides usable HBM, each bar marks the budget: usable less the headroom, what every plan stays under."""
+    result, text = report(job)
+    memory = section(text, "memory")
+    for plan in result.plans:
+        budget = plan.memory.usable_gib * (1 - result.headroom)
+        assert f"budget {budget:.1f} GiB ({result.headroom:.0%} headroom)" in memory
+        assert plan.memory.peak_gib <= budget + 0.05
+    assert (
+        memory.count('class="budget"')
+        == memory.count('class="limit"')
+        == sum(len(p.memory.stages) for p in result.plans)
+    )
+
+
+def test_report_reads_in_a_narrow_window():
+    """No fixed width wider than a phone: bars, axes and columns size to the window, tables scroll, and on a
+    narrow screen the stage labels go above the bars."""
+    _, text = report("dsv3")
+    widths = [int(w) for w in re.findall(r"(?<![-\w])width:\s*(\d+)px", text)]  # max-width may be wide
+    assert not [w for w in widths if w > 320], widths
+    assert 'name="viewport"' in text and "@media (max-width:" in text
+    assert text.count('<div class="scroll"><table') == text.count("<table")
 
 
 @pytest.mark.parametrize("job", ["dsv3", "qwen3"])

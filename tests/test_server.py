@@ -183,6 +183,11 @@ async def test_resources_serve_the_engine_data():
         models = json.loads(await read("moe-lc://catalog/models"))
         gpus = json.loads(await read("moe-lc://catalog/gpus"))
         one = json.loads(await read("moe-lc://catalog/models/dsv3"))
+        seed = json.loads(await read("moe-lc://layouts/deepseek-v3-128k-h100"))
+        with pytest.raises(
+            MCPError, match="layout_id='dsv3-128k' is not allowed: one of deepseek-v3-128k-h100"
+        ):
+            await read("moe-lc://layouts/dsv3-128k")
         with pytest.raises(MCPError, match="did you mean 'deepseek-v3'"):
             await read("moe-lc://catalog/models/dsv9")
         with pytest.raises(MCPError, match=r"DeepSeek-V4 cannot run on Megatron Core 0\.19\.2"):
@@ -194,7 +199,8 @@ async def test_resources_serve_the_engine_data():
         "moe-lc://layouts",
         "moe-lc://skill",
     }
-    assert templates == {"moe-lc://catalog/models/{model_id}"}
+    assert templates == {"moe-lc://catalog/models/{model_id}", "moe-lc://layouts/{layout_id}"}
+    assert seed == next(lay.config for lay in representative_layouts() if lay.id == "deepseek-v3-128k-h100")
     assert [r["code"] for r in rules] == list(rule_table())
     assert {"code", "severity", "source", "family", "title", "when"} <= set(rules[0])
     assert [lay["id"] for lay in layouts] == [lay.id for lay in representative_layouts()]

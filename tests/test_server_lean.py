@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from mcp import Client, MCPError
 
+from moe_long_context.dialects.shell import shell_join
 from moe_long_context.engine.representative import representative_layouts
 from moe_long_context.faces import server as server_module
 from moe_long_context.faces import summary
@@ -123,7 +124,7 @@ async def test_plan_layout_summary_is_short_and_quotable():
     assert len(biggest.content[0].text.encode()) < PLAN_SUMMARY_BUDGET
     top = data["plans"][0]
     assert f"#1 {top['layout']}" in text and f"{top['throughput']['tflops_per_gpu']:.0f} TFLOP/s/GPU" in text
-    assert " ".join(top["bridge_overrides"]) in text and " ".join(top["megatron_args"]) in text
+    assert shell_join(top["bridge_overrides"]) in text and shell_join(top["megatron_args"]) in text
     for ref in data["references"]:  # the comparison with the published layout
         assert ref["layout"] in text and ref["verdict"] in text
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import queue
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+import anyio
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from scripts.harness import http_server
 
 from moe_long_context.faces.registry import TOOLS
@@ -52,34 +55,93 @@ async def test_stdio_subprocess():
         await exercise(client)
 
 
-def test_stdio_survives_lines_that_are_not_json_rpc():
-    call = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "size_cp", "arguments": [1]},
-    }
-    lines = ["{not json", json.dumps(INITIALIZE), '{"jsonrpc": "2.0", "id": 9}', json.dumps(call)]
+def _call(ident: int, arguments: object) -> str:
+    params = {"name": "size_cp", "arguments": arguments}
+    return json.dumps({"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params})
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {"model": "dsv3", "seq_len": 8192}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+# (line, JSON-RPC error code, id of the answer): every line the SDK's reader cannot read gets its error
+BAD_LINES = [
+    ('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"size_cp","argu', -32700, None),
+    ("{not json", -32700, None),
+    (_call(3, {"model": "\ud800", "seq_len": 8192}), -32600, 3),  # a lone surrogate: not Unicode text
+    (_call(4, _nested(198)), -32600, 4),  # 201 levels with the envelope: past the SDK's JSON reader
+    (_call(5, 0).replace("0}}", '{"x": ' * 3000 + "{}" + "}" * 3000 + "}}"), -32600, 5),  # past Python's too
+    ('{"jsonrpc": "2.0", "id": 9}', -32600, 9),
+    ("[]", -32600, None),
+    ("5", -32600, None),
+    ('{"jsonrpc": "1.0", "id": 6, "method": "ping"}', -32600, 6),
+    ('{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": [1]}', -32600, 7),
+]
+WORDS = {3: "lone surrogate", 4: "more than 200 levels", 5: "more than 200 levels", 9: '"method"', 6: '"2.0"',
+         7: '"params" must be an object'}  # fmt: skip
+
+
+def check_rejection(line: str, code: int, ident, message: dict) -> None:
+    assert message["error"]["code"] == code and message["id"] == ident, (line[:80], message)
+    text = message["error"]["message"]
+    assert text.startswith("Parse error: " if code == -32700 else "Invalid Request: "), text
+    assert WORDS.get(ident, "") in text, text
+
+
+def read_answers(proc: subprocess.Popen, count: int, timeout_s: float = 30) -> list[dict]:
+    """``count`` JSON lines from the server's stdout, failing (not hanging) when one does not come in time."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, "")], daemon=True
+    ).start()
+    answers = []
+    while len(answers) < count:
+        try:
+            answers.append(json.loads(lines.get(timeout=timeout_s)))
+        except queue.Empty:
+            pytest.fail(f"{len(answers)} answers to {count} lines after {timeout_s} s: {answers}")
+    return answers
+
+
+def test_stdio_answers_every_line_it_cannot_read():
+    valid = _call(10, {"model": "dsv3", "seq_len": 8192})
+    wrong_arguments = _call(11, [1])  # a JSON-RPC request whose arguments are not an object: invalid params
+    lines = [json.dumps(INITIALIZE), *(line for line, _, _ in BAD_LINES), wrong_arguments, valid]
     proc = subprocess.Popen(
         SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         proc.stdin.write("\n".join(lines) + "\n")
         proc.stdin.flush()
-        answers = {}
-        while set(answers) != {1, 2}:  # keep stdin open until both answers are in: EOF ends the session
-            line = proc.stdout.readline()
-            assert line, f"the server stopped: {proc.stderr.read() if proc.poll() is not None else ''}"
-            message = json.loads(line)
-            answers[message["id"]] = message
+        # one answer a line; stdin stays open until all are in (EOF ends the session)
+        answers = read_answers(proc, len(lines))
         proc.stdin.close()
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert answers[1]["result"]["serverInfo"]["name"] == "nemo-mbridge-perf-moe-long-context"
-    assert answers[2]["error"]["code"] == -32602  # arguments that are not an object: invalid params
+    by_id = {a["id"]: a for a in answers if a["id"] is not None}
+    assert by_id[1]["result"]["serverInfo"]["name"] == "nemo-mbridge-perf-moe-long-context"
+    assert by_id[11]["error"]["code"] == -32602
+    assert by_id[10]["result"]["structuredContent"]["cp"] == 2
+    rejected = [a for a in answers if "error" in a and a["id"] != 11]
+    assert len(rejected) == len(BAD_LINES)
+    nulls = [a for a in rejected if a["id"] is None]
+    for line, code, ident in BAD_LINES:  # answers come in order; those with a null id in the order sent
+        check_rejection(line, code, ident, by_id[ident] if ident is not None else nulls.pop(0))
+
+
+async def test_a_client_gets_an_error_not_a_hang_for_arguments_too_deep_to_read():
+    params = StdioServerParameters(command=SERVER[0], args=SERVER[1:])
+    async with Client(params, mode="legacy") as client:
+        with anyio.fail_after(30), pytest.raises(MCPError, match="more than 200 levels"):
+            await client.call_tool("size_cp", _nested(198))
+        result = await client.call_tool("size_cp", {"model": "dsv3", "seq_len": 8192})  # and it still serves
+        assert result.structured_content["cp"] == 2
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +184,9 @@ def declared_too_large(url: str) -> int:
 def test_http_refuses_foreign_hosts_malformed_and_oversized_requests(http_url):
     port = http_url.split(":")[2].split("/")[0]
     assert post(http_url, json.dumps(INITIALIZE).encode(), host=f"attacker.example:{port}")[0] == 421
-    status, body = post(http_url, b"{not json")
-    assert status == 400 and json.loads(body)["error"]["code"] == -32700
+    for line, code, ident in BAD_LINES:
+        status, body = post(http_url, line.encode())
+        assert status == 400, (line[:80], status, body)
+        check_rejection(line, code, ident, json.loads(body))
     assert declared_too_large(http_url) == 413
     assert post(http_url, json.dumps(INITIALIZE).encode())[0] == 200  # and it still serves

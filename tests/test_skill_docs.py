@@ -59,13 +59,16 @@ SIZE_CP = re.compile(
     r"CP (?P<cp>\d+), `(?P<comm>[\w+]+)`(?: \[(?P<a2a>\d+), (?P<p2p>\d+)\])?"
 )
 MEMORY = re.compile(
-    r"estimate_memory\(`(?P<layout>[\w.-]+)`(?:, (?P<precision>[\w-]+))?\) = (?P<gib>[\d.]+) GiB"
+    r"estimate_memory\(`moe-lc://layouts/(?P<layout>[\w.-]+)`(?:, precision (?P<precision>[\w-]+))?\) = "
+    r"(?P<gib>[\d.]+) GiB"
 )
 PICK = re.compile(
-    r"pick_recompute\(`(?P<layout>[\w-]+)` without recompute or offload\) → (?P<labels>(?:`\w+`,? ?)+): "
+    r"pick_recompute\(`moe-lc://layouts/(?P<layout>[\w-]+)` without recompute or offload\) → (?P<labels>(?:`\w+`,? ?)+): "
     r"(?P<before>[\d.]+) → (?P<after>[\d.]+) GiB"
 )
-THROUGHPUT = re.compile(r"estimate_throughput\(`(?P<layout>[\w-]+)`\) = (?P<tflops>[\d.]+) TFLOP/s")
+THROUGHPUT = re.compile(
+    r"estimate_throughput\(`moe-lc://layouts/(?P<layout>[\w-]+)`\) = (?P<tflops>[\d.]+) TFLOP/s"
+)
 HEADROOM = re.compile(r"headroom of (?P<pct>\d+) % of usable HBM")
 DEFAULT_BATCH = re.compile(r"2\^23 tokens a step,? \(?(?P<gbs>\d+) sequences at (?P<seq>\d+) tokens")
 STATED = re.compile(r"stated error (?:is |of )(?P<pct>\d+) %")
@@ -467,7 +470,8 @@ def vocabulary() -> set[str]:
         words |= {flag, spec.get("dest", "")} | {str(c) for c in spec.get("choices") or []}
     words |= {preset["bridge"] for preset in dialects.dialect_table()["precision"].values()}
     words |= {key.split(".", 1)[1] for key in bridge_keys() if "." in key}
-    words |= {"moe-lc", "moe-lc://layouts"} | {severity.value for severity in Severity}
+    words |= {"moe-lc", "moe-lc://layouts", "moe-lc://layouts/ID"} | {severity.value for severity in Severity}
+    words |= {f"moe-lc://layouts/{layout_id}" for layout_id in LAYOUTS}  # one layout's arguments (a resource)
     words |= {"model_type", *supported_model_types()}  # the config.json families SKILL.md lists
     words |= _cli_options(build_parser())
     return words

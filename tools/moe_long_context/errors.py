@@ -18,18 +18,30 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        text = f"{field}={value!r} is not allowed: {allowed}"
+        text = f"{field}={shown(value)} is not allowed: {allowed}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)
 
     @classmethod
-    def plain(cls, message: str) -> InputError:
+    def plain(cls, message: str, field: str = "request") -> InputError:
         """An InputError whose message is already complete (several fields, already described)."""
         err = cls.__new__(cls)
-        err.field, err.value, err.allowed, err.hint = "request", None, message, None
+        err.field, err.value, err.allowed, err.hint = field, None, message, None
         ValueError.__init__(err, message)
         return err
+
+
+def shown(value: object) -> str:
+    """A value as a refusal quotes it: its repr, cut to a line; a list or object that is long, or nested
+    deeper than a few levels (its repr would recurse), by its type name."""
+    if isinstance(value, dict | list | tuple):
+        if nesting_depth(value, 8) > 8:
+            return type(value).__name__
+        text = repr(value)
+        return text if len(text) < 80 else type(value).__name__
+    text = repr(value)
+    return text if len(text) <= 120 else text[:100] + "..."
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
@@ -74,12 +86,43 @@ def describe_validation_error(exc, fields: Iterable[str] = ()) -> str:
             parts.append(f"{name} is not an argument of this tool{hint}")
         elif err.get("type") == "missing":
             parts.append(f"{name} is required")
+        elif not loc:  # a check across fields: its message names them
+            parts.append(str(err.get("msg")).removeprefix("Value error, "))
         else:
-            shown = (
-                repr(value)
-                if not isinstance(value, dict | list) or len(repr(value)) < 80
-                else type(value).__name__
-            )
-            parts.append(f"{name}={shown} is not allowed: {err.get('msg')}")
+            parts.append(f"{name}={shown(value)} is not allowed: {err.get('msg')}")
     unique = list(dict.fromkeys(parts))
     return "; ".join(unique)
+
+
+# Lists and objects inside each other: a config.json or a ConfigContainer is a few levels deep. Anything far
+# deeper is refused before a recursive reader (json, yaml, repr, pydantic) can run out of stack.
+MAX_NESTING = 64
+
+
+def nesting_depth(value: object, limit: int = MAX_NESTING) -> int:
+    """How many levels of lists, tuples and dicts ``value`` has, counted level by level (no recursion) and
+    stopped once past ``limit``."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        containers = [v for v in level if isinstance(v, dict | list | tuple)]
+        if not containers:
+            break
+        depth += 1
+        level = [item for c in containers for item in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
+def too_deep(field: str, where: str | None = None) -> InputError:
+    """The refusal of a value nested deeper than MAX_NESTING levels, named by its field (and the file it came
+    from), never shown: its repr would recurse as deep as it nests."""
+    named = f"{field}={where!r}" if where else field
+    return InputError.plain(
+        f"{named} is nested more than {MAX_NESTING} levels deep (lists and objects inside each other); "
+        "a configuration is a few levels: give a flat JSON or YAML object",
+        field,
+    )
+
+
+def check_nesting(value: object, field: str, where: str | None = None) -> None:
+    if nesting_depth(value) > MAX_NESTING:
+        raise too_deep(field, where)

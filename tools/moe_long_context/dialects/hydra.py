@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import MAX_NESTING
+
 _HYDRA_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")
 _HYDRA_FLOAT = re.compile(
     r"[+-]?(?:(?:\d(?:_?\d)*)?\.\d(?:_?\d)*(?:[eE][+-]?\d(?:_?\d)*)?|\d(?:_?\d)*\.(?:[eE][+-]?\d(?:_?\d)*)?"
@@ -47,6 +49,23 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
         raise HydraValueError("unbalanced quotes or brackets")
     parts.append(buf)
     return parts
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of [ ] and { } outside quotes (read without recursion)."""
+    depth = deepest = 0
+    quote = ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def _hydra_element(text: str) -> Any:
@@ -91,6 +110,8 @@ def parse_value(text: str) -> Any:
     refuses; ( ) = and ~ must be quoted. Raises HydraValueError for what Hydra would not parse.
     """
     stripped = text.strip()
+    if _bracket_depth(stripped) > MAX_NESTING:
+        raise HydraValueError(f"the value is nested more than {MAX_NESTING} levels deep")
     if not (stripped.startswith(("[", "{", "'", '"'))) and len(_split_top(stripped)) > 1:
         raise HydraValueError(
             f"{stripped!r} is a Hydra sweep (a bare comma); write a list as [a,b] or quote it"

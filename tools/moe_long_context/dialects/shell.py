@@ -9,7 +9,8 @@ Only the part of bash's grammar launch scripts use is understood: quoting (``'..
 comments, command separators (newline, ``;``, ``&&``, ``||``, ``|``, ``&``), redirections (``>``, ``2>&1``,
 ``<``), array parentheses (``ARGS=( ... )``) and ``$(...)`` inside a word. Variables are not expanded here.
 Where bash would refuse the text outright, it is read the way its author meant: an unquoted
-``Et|(tt|)*30mL`` is one word (a ``|`` with no blank on either side, parentheses inside a word).
+``Et|(tt|)*30mL`` is one word (a ``|`` with no blank on either side, parentheses inside a word), and the
+word says so (``breaks``), so that lint can report what bash would do with it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Word:
     end: int
     kind: str = "word"
     quoted: bool = False  # some part of it was quoted (so it is never an operator or a comment)
+    breaks: str = ""  # unquoted | ( ) kept in the word that bash reads as a pipe or a subshell
 
 
 class ShellSyntaxError(ValueError):
@@ -98,7 +100,7 @@ def split_words(text: str) -> list[Word]:
                 out.append(Word(")", i, i + 1, "word"))
             i += 1
             continue
-        word, end, quoted = _read_word(text, i)
+        word, end, quoted, breaks = _read_word(text, i)
         # a digit-only word right before a redirection is its file descriptor (2>&1)
         if not quoted and word.isdigit() and end < n and text[end] in "<>":
             j = end
@@ -112,15 +114,17 @@ def split_words(text: str) -> list[Word]:
             continue
         kind = "redirect" if expect_target else "word"
         expect_target = False
-        out.append(Word(word, i, end, kind, quoted))
+        out.append(Word(word, i, end, kind, quoted, breaks))
         i = end
     return out
 
 
-def _read_word(text: str, i: int) -> tuple[str, int, bool]:
-    """One word from position i: (value with quotes removed, end position, whether any part was quoted)."""
+def _read_word(text: str, i: int) -> tuple[str, int, bool, str]:
+    """One word from position i: (value with quotes removed, end position, whether any part was quoted, the
+    unquoted | ( ) kept in it that bash would not)."""
     n = len(text)
     buf: list[str] = []
+    breaks = ""
     quoted = False
     subst = 0  # $( ... ) nesting inside the word
     parens = 0  # ( ... ) inside an unquoted word
@@ -182,9 +186,11 @@ def _read_word(text: str, i: int) -> tuple[str, int, bool]:
                 if not parens:
                     break
                 parens -= 1
+            if ch in "|()" and ch not in breaks:
+                breaks += ch
         buf.append(ch)
         i += 1
-    return "".join(buf), i, quoted
+    return "".join(buf), i, quoted, breaks
 
 
 def quote(word: str) -> str:
@@ -193,4 +199,11 @@ def quote(word: str) -> str:
         if "*" in word or "[" in word:
             return "'" + word + "'"
         return word
+    if "'" in word and not any(c in word for c in '$`\\"!'):  # a Hydra-quoted override: in double quotes
+        return '"' + word + '"'
     return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def shell_join(words: list[str]) -> str:
+    """Words as one line of bash arguments, each quoted where bash would otherwise split or expand it."""
+    return " ".join(quote(word) for word in words)

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import InputError
+from ..errors import InputError, check_nesting, too_deep
 from .bridge_keys import bridge_value_problem
 from .hydra import HydraValueError, hydra_value, parse_value
 from .shell import ShellSyntaxError, Word, split_words
@@ -88,6 +88,9 @@ class ParsedScript:
     missing_value: list[str] = field(default_factory=list)  # flags written without the value they need
     stray: list[str] = field(default_factory=list)  # words argparse would refuse as unrecognized arguments
     exports: dict[str, tuple[int, int]] = field(default_factory=dict)  # NAME -> span of its assignment
+    bash_breaks: dict[str, str] = field(
+        default_factory=dict
+    )  # flag -> its value bash splits (unquoted | ( ))
 
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -252,6 +255,8 @@ def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list
         j = i + 1
         if eq:
             values = [inline_value]
+            if w.breaks and w.kind == "word":
+                parsed.bash_breaks[name] = inline_value
         elif spec is None or spec["kind"] == "value":
             nargs = spec.get("nargs", 1) if spec else "*"
             while j < len(words) and not _is_option_like(words[j].value):
@@ -260,6 +265,8 @@ def _parse_command(cmd: list[Word], parsed: ParsedScript, arrays: dict[str, list
                 if values and _BARE_VAR.match(words[j].value):
                     break  # "$@" or an unknown array after a list value: more arguments, not this flag's
                 values.append(words[j].value)
+                if words[j].breaks and words[j].kind == "word":
+                    parsed.bash_breaks[name] = words[j].value
                 j += 1
         if spec is None:
             parsed.unknown.append(name)
@@ -332,7 +339,8 @@ def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
         try:
             out[key] = parse_value(value)
         except HydraValueError as exc:
-            raise InputError.plain(f"bridge_overrides: {key}={value}: {exc}") from None
+            shown = value if len(value) <= 80 else value[:60] + "..."
+            raise InputError.plain(f"bridge_overrides: {key}={shown}: {exc}") from None
     return out
 
 
@@ -350,15 +358,19 @@ def flatten_config(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def load_config_object(source: str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(source, Mapping):
+        check_nesting(source, "config")
         return dict(source)
     try:
         data = yaml.safe_load(source)
+    except RecursionError:
+        raise too_deep("config") from None
     except yaml.YAMLError as exc:
         raise InputError(
             "config", str(source)[:60], f"a JSON or YAML object ({exc.__class__.__name__})"
         ) from exc
     if not isinstance(data, Mapping):
         raise InputError("config", str(source)[:60], "a JSON or YAML object with ConfigContainer sections")
+    check_nesting(data, "config")
     return dict(data)
 
 

@@ -196,6 +196,7 @@ class MoEArgs(_Args):
         "flex-deepep, flex-hybridep, flex-ncclep (--moe-flex-dispatcher-backend).",
     )
     moe_capacity_factor: float | None = Field(
+        allow_inf_nan=False,
         default=None,
         ge=-1,
         le=1000,
@@ -339,6 +340,7 @@ class OptimizerArgs(FsdpArgs):
         "default fraction is 0.0 (Bridge), Megatron-LM's flag default 1.0.",
     )
     optimizer_cpu_offload_fraction: float = Field(
+        allow_inf_nan=False,
         default=0.0,
         ge=0.0,
         le=1.0,
@@ -354,6 +356,7 @@ class OptimizerArgs(FsdpArgs):
 
 class MemoryArgs(_Args):
     overhead_gib: float | None = Field(
+        allow_inf_nan=False,
         default=None,
         ge=0.0,
         le=1024.0,

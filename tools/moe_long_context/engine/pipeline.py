@@ -87,14 +87,30 @@ def parse_layout(text: str) -> list[list[str]]:
     stages = []
     for chunk in body.split("|"):
         bad = [c for c in chunk if c not in LAYOUT_CHARS]
+        if bad and bad[0] in "()*":
+            raise LayoutSyntaxError(_repeat_problem(text, bad[0]))
         if bad:
             raise LayoutSyntaxError(
-                f"invalid layer character {bad[0]!r} in stage {chunk!r}; known characters: E, L, t, m, and | ( ) * ,"
+                f"invalid layer character {bad[0]!r} in stage {chunk!r}; layer characters: E, L, t, m (with | "
+                "between stages, (...)*n and x*n repeats, commas for readability)"
             )
         stages.append(list(chunk))
     if len(stages) > MAX_LAYOUT_STAGES:
         raise LayoutSyntaxError(f"the layout has {len(stages)} stages, more than {MAX_LAYOUT_STAGES}")
     return stages
+
+
+def _repeat_problem(text: str, char: str) -> str:
+    """Why a '(', ')' or '*' is left once Megatron's two repeat patterns, (...)*n and x*n, are unrolled."""
+    opening, closing = text.count("("), text.count(")")
+    if opening != closing:
+        return f"unbalanced parentheses in {text!r}: {opening} '(' and {closing} ')'"
+    if char == "*":
+        return f"a '*' in {text!r} without a repeat count after it: write (...)*n or x*n"
+    return (
+        f"parentheses in {text!r} that Megatron does not unroll: it unrolls (...)*n, with a repeat count and no "
+        "parentheses inside, and x*n"
+    )
 
 
 def _bounded(n: int) -> int:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from .. import __version__
 from ..engine.rules import rule_table
-from ..errors import InputError, describe_validation_error
+from ..errors import InputError, describe_validation_error, too_deep
 from ..model.catalog import gpus, load_model, models
 from .registry import TOOLS, TOOLS_BY_COMMAND, Tool
 from .render import render_result, render_table
@@ -39,7 +39,7 @@ def _is_bool(annotation: Any) -> bool:
 def _add_tool_arguments(parser: argparse.ArgumentParser, request: type[BaseModel]) -> None:
     for name, field in request.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = field.description or ""
+        help_text = (field.description or "").replace("%", "%%")  # argparse formats help with %
         if field.is_required():
             help_text += " (required)"
         if _is_bool(field.annotation):
@@ -93,6 +93,11 @@ def _read_text_input(name: str, value: str) -> str:
             raise InputError.plain(
                 f"--{name.replace('_', '-')} {value}: cannot read it ({exc.strerror})"
             ) from None
+        except ValueError:  # a NUL byte, or a character no file name can hold (a lone surrogate)
+            raise InputError.plain(
+                f"--{name.replace('_', '-')} {value!r}: not a file name this system can open (give a path, - for "
+                "stdin, or the launch text itself)"
+            ) from None
         where = value
     else:
         return value
@@ -115,8 +120,10 @@ def _arguments(ns: argparse.Namespace, request: type[BaseModel]) -> dict[str, An
     if isinstance(model, str) and model.lstrip().startswith("{"):
         try:
             data["model"] = json.loads(model)
+        except RecursionError:
+            raise too_deep("model") from None
         except json.JSONDecodeError as exc:
-            raise InputError("model", model[:40] + "...", f"valid JSON ({exc.msg})") from exc
+            raise InputError("model", model[:40] + "...", f"valid JSON ({exc.msg})") from None
     return data
 
 
@@ -299,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"moe-lc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for tool in TOOLS:
-        p = sub.add_parser(tool.command, help=tool.title, description=tool.description)
+        p = sub.add_parser(tool.command, help=tool.title.replace("%", "%%"), description=tool.description)
         _add_tool_arguments(p, tool.request)
         if tool.name == "plan_layout":
             p.add_argument(
@@ -334,6 +341,9 @@ EXTENSIONS: list = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # echoed input may hold what the terminal cannot encode
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command is None:

@@ -77,6 +77,8 @@ def _type_name(annotation: Any) -> str:
         return "null"
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a type with constraints (list[Annotated[int, Field(ge=1)]]): the type
+        return _type_name(args[0])
     if origin in (types.UnionType, typing.Union):
         return " \\| ".join(_type_name(a) for a in args)
     if origin is typing.Literal:

@@ -40,8 +40,15 @@ class Tool:
     fn: Callable[[BaseModel], BaseModel]
 
     def call(self, arguments: dict) -> BaseModel:
-        """Validate ``arguments`` against the request model and run the tool."""
-        return self.fn(self.request.model_validate(arguments))
+        """Validate ``arguments`` (JSON values, as MCP sends them) against the request model and run the tool."""
+        return self.fn(validate_arguments(self.request, arguments))
+
+
+def validate_arguments(request: type[BaseModel], arguments: dict) -> BaseModel:
+    """The request from JSON-typed arguments, strictly: a boolean is not a number (``true`` is not 1), a
+    string is not a number or a switch, as the input schema says. The CLI, whose values are all text, reads
+    them with the request model's own (lax) parsing instead."""
+    return request.model_validate(arguments, strict=True)
 
 
 TOOLS: tuple[Tool, ...] = (

@@ -1,9 +1,10 @@
 """A self-contained HTML report of a plan_layout result: what the JSON carries, for people.
 
 Sections: the ranked plans; the comparison with the published layout for the job; the findings with their
-fixes; per-stage memory bars (stacked by component, on a GiB axis, with the usable-HBM line); the
-throughput estimate; each plan's overrides in both dialects (Megatron Bridge and Megatron-LM); the
-assumptions. Components are coloured from one fixed table (``COMPONENT_COLOURS``, the Okabe-Ito
+fixes; per-stage memory bars (stacked by component, on a GiB axis, with the usable-HBM line and the budget
+line every plan fits: usable HBM less the headroom); the throughput estimate; each plan's overrides in both
+dialects (Megatron Bridge and Megatron-LM) as a launch script passes them, quoted for bash; the assumptions.
+Widths are relative, so the page reads in a narrow window too (labels go above the bars). Components are coloured from one fixed table (``COMPONENT_COLOURS``, the Okabe-Ito
 colour-blind-safe palette), so a component has the same colour in every report.
 
 Pure: returns the HTML text; the CLI writes it (``moe-lc plan --report plan.html``). No scripts, no
@@ -16,6 +17,7 @@ import html
 import math
 from typing import Any
 
+from ..dialects.shell import quote
 from ..engine.findings import Finding
 from ..tools.plan_layout import PlanLayoutRequest, PlanLayoutResult
 
@@ -38,20 +40,21 @@ COMPONENT_COLOURS: tuple[tuple[str, str, str], ...] = (
 UNKNOWN = ("other", "repeating-linear-gradient(45deg, #bbbbbb 0 4px, #ffffff 4px 8px)")
 
 STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1150px; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 16px; color: #222; max-width: 1150px; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; } h3 { font-size: 14px; margin: 14px 0 4px; }
-table { border-collapse: collapse; } th, td { border-bottom: 1px solid #ddd; padding: 4px 10px;
+.scroll { overflow-x: auto; } table { border-collapse: collapse; } th, td { border-bottom: 1px solid #ddd; padding: 4px 10px;
   text-align: left; vertical-align: top; } th { background: #f4f4f4; }
 .chart { margin: 4px 0 10px; } .stage { display: flex; align-items: center; margin: 3px 0; }
-.label { width: 230px; flex: none; font-size: 12px; }
-.track { position: relative; width: 760px; height: 18px; background: #f2f2f2; border: 1px solid #ccc; }
+.label { flex: 0 0 15em; font-size: 12px; padding-right: 6px; }
+.track { position: relative; flex: 1; min-width: 0; height: 18px; background: #f2f2f2; border: 1px solid #ccc; }
 .segment { position: absolute; top: 0; height: 18px; }
 .limit { position: absolute; top: -4px; width: 0; height: 26px; border-left: 2px dashed #D55E00; }
-.axis { display: flex; height: 30px; } .scale { position: relative; width: 760px; border-top: 1px solid #444; }
+.budget { position: absolute; top: -4px; width: 0; height: 26px; border-left: 2px solid #222; }
+.axis { display: flex; height: 46px; } .scale { position: relative; flex: 1; min-width: 0; border-top: 1px solid #444; }
 .tick { position: absolute; top: 0; font-size: 11px; transform: translateX(-50%); padding-top: 4px; }
 .tick::before { content: ""; position: absolute; left: 50%; top: 0; height: 4px; border-left: 1px solid #444; }
-.usable-tag { position: absolute; top: 15px; font-size: 11px; color: #a33a00; white-space: nowrap;
-  transform: translateX(-50%); }
+.usable-tag, .budget-tag { position: absolute; top: 15px; font-size: 11px; color: #a33a00; white-space: nowrap;
+  transform: translateX(-100%); } .budget-tag { top: 29px; color: #222; }
 .legend span { display: inline-block; margin: 2px 12px 2px 0; font-size: 12px; }
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px;
   border: 1px solid #555; }
@@ -60,9 +63,10 @@ table { border-collapse: collapse; } th, td { border-bottom: 1px solid #ddd; pad
 .finding { margin: 4px 0 8px; } .finding .code { font-weight: 600; }
 .finding.error .code { color: #b00020; } .finding.warning .code { color: #8a5a00; }
 .fix, .source { margin-left: 18px; font-size: 12px; } .source { color: #666; }
-.dialects { display: flex; gap: 16px; } .dialects div { flex: 1; min-width: 0; }
+.dialects { display: flex; flex-wrap: wrap; gap: 16px; } .dialects div { flex: 1 1 320px; min-width: 0; }
 pre { background: #f6f6f6; padding: 6px 8px; font-size: 12px; white-space: pre-wrap; word-break: break-all; }
 .small { color: #666; font-size: 12px; } ul { margin: 4px 0 4px 18px; padding: 0; }
+@media (max-width: 720px) { .stage, .axis { flex-wrap: wrap; } .label { flex: 1 0 100%; } .axis { height: 60px; } }
 """
 
 
@@ -108,11 +112,11 @@ def _plans_table(result: PlanLayoutResult) -> str:
 
 def _table(cls: str, head: list[str], rows: list[str]) -> str:
     return (
-        f'<table class="{cls}"><thead><tr>'
+        f'<div class="scroll"><table class="{cls}"><thead><tr>'
         + "".join(f"<th>{_e(h)}</th>" for h in head)
         + "</tr></thead><tbody>"
         + "\n".join(rows)
-        + "</tbody></table>"
+        + "</tbody></table></div>"
     )
 
 
@@ -165,7 +169,7 @@ def _tick_step(scale_gib: float) -> float:
     return 10 ** math.ceil(math.log10(scale_gib / 10))
 
 
-def _axis(scale_gib: float, usable_gib: float) -> str:
+def _axis(scale_gib: float, usable_gib: float, budget_gib: float, headroom: float) -> str:
     step = _tick_step(scale_gib)
     ticks = []
     value = 0.0
@@ -176,14 +180,16 @@ def _axis(scale_gib: float, usable_gib: float) -> str:
         value += step
     tag = (
         f'<span class="usable-tag" style="left:{100 * usable_gib / scale_gib:.3f}%">usable HBM {usable_gib:g} GiB'
-        "</span>"
+        f'</span><span class="budget-tag" style="left:{100 * budget_gib / scale_gib:.3f}%">budget '
+        f"{budget_gib:.1f} GiB ({headroom:.0%} headroom)</span>"
     )
     return f'<div class="axis"><div class="label">GiB per GPU</div><div class="scale">{"".join(ticks)}{tag}</div></div>'
 
 
-def _memory_chart(plan, scale_gib: float) -> str:
+def _memory_chart(plan, scale_gib: float, headroom: float) -> str:
     rows = []
     usable = plan.memory.usable_gib
+    budget = usable * (1 - headroom)  # what every plan's peak must stay under
     for stage in plan.memory.stages:
         left = 0.0
         segments = []
@@ -202,9 +208,10 @@ def _memory_chart(plan, scale_gib: float) -> str:
             f'{stage["total_gib"]:.1f} GiB</div><div class="track" data-total-gib="{stage["total_gib"]}">'
             + "".join(segments)
             + f'<div class="limit" title="usable HBM {usable:g} GiB" style="left:{100 * usable / scale_gib:.3f}%">'
-            "</div></div></div>"
+            f'</div><div class="budget" title="budget {budget:.1f} GiB: usable HBM less {headroom:.0%} headroom" '
+            f'style="left:{100 * budget / scale_gib:.3f}%"></div></div></div>'
         )
-    return f'<div class="chart">{"".join(rows)}{_axis(scale_gib, usable)}</div>'
+    return f'<div class="chart">{"".join(rows)}{_axis(scale_gib, usable, budget, headroom)}</div>'
 
 
 def _legend(result: PlanLayoutResult) -> str:
@@ -238,18 +245,39 @@ def _throughput(result: PlanLayoutResult) -> str:
         tokens_text = f", {tokens:,.0f} tokens/s" if tokens else ""
         out.append(
             f'<div class="row">{_e(label)}: {tflops:.0f} TFLOP/s/GPU{tokens_text}'
-            f'<div class="bar{cls}" style="width:{760 * tflops / best:.1f}px"></div></div>'
+            f'<div class="bar{cls}" style="width:{100 * tflops / best:.1f}%"></div></div>'
         )
     return "".join(out)
 
 
+def shell_lines(groups: list[list[str]]) -> str:
+    """Arguments as a launch script writes them: one group a line, each word quoted for bash, lines joined by
+    continuations, so the block pastes after a command (Bridge overrides keep Hydra's quotes inside)."""
+    return " \\\n".join(" ".join(quote(word) for word in group) for group in groups)
+
+
+def _flag_groups(tokens: list[str]) -> list[list[str]]:
+    groups: list[list[str]] = []
+    for token in tokens:
+        if token.startswith("--") or not groups:
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    return groups
+
+
 def _overrides(result: PlanLayoutResult) -> str:
-    out = []
+    out = [
+        "<p class='small'>As a launch script passes them: each value quoted for bash (a Bridge override keeps "
+        "Hydra's own quotes inside), one flag or override a line with continuations.</p>"
+    ]
     for p in result.plans:
+        bridge = shell_lines([[o] for o in p.bridge_overrides])
+        megatron = shell_lines(_flag_groups(p.megatron_args))
         out.append(
             f"<h3>#{p.rank} {_e(p.layout)}</h3><div class='dialects'>"
-            f"<div><b>Megatron Bridge overrides</b><pre class='bridge'>{_e(chr(10).join(p.bridge_overrides))}</pre></div>"
-            f"<div><b>Megatron-LM arguments</b><pre class='megatron'>{_e(' '.join(p.megatron_args))}</pre></div></div>"
+            f"<div><b>Megatron Bridge overrides</b><pre class='bridge'>{_e(bridge)}</pre></div>"
+            f"<div><b>Megatron-LM arguments</b><pre class='megatron'>{_e(megatron)}</pre></div></div>"
         )
     return "".join(out)
 
@@ -265,22 +293,24 @@ def render_plan_report(req: PlanLayoutRequest, result: PlanLayoutResult) -> str:
     title = f"Plans for {model} on {req.num_gpus} x {req.gpu} at {req.seq_len} tokens"
     memory = []
     for p in result.plans:
-        memory.append(f"<h3>#{p.rank} {_e(p.layout)}</h3>\n{_memory_chart(p, scale)}")
+        memory.append(f"<h3>#{p.rank} {_e(p.layout)}</h3>\n{_memory_chart(p, scale, result.headroom)}")
         memory.append("<ul>" + "".join(f"<li>{_e(w)}</li>" for w in p.why) + "</ul>")
     assumptions = "<ul>" + "".join(f"<li>{_e(a)}</li>" for a in result.assumptions) + "</ul>"
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title><style>{STYLE}</style></head>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title><style>{STYLE}</style></head>
 <body>
 <h1>{_e(title)}</h1>
-<p class="small">{result.candidates} candidate layouts, {result.evaluated} evaluated in full, {result.feasible}
-feasible (every rule of Megatron Bridge 0.6 / Megatron Core 0.19 passes and memory fits).</p>
+<p class="small">{_e(result.counts())}: every rule of Megatron Bridge 0.6 / Megatron Core 0.19 passes and
+memory fits.</p>
 <section id="plans"><h2>Ranked plans</h2>
 {_plans_table(result)}</section>
 <section id="comparison"><h2>Compared with the published layout</h2>
 {_comparison(result)}</section>
 <section id="findings"><h2>Findings and fixes</h2>
 {_findings(result)}</section>
-<section id="memory"><h2>Memory per GPU by pipeline stage (stacked by component; dashed: usable HBM)</h2>
+<section id="memory"><h2>Memory per GPU by pipeline stage (stacked by component; dashed: usable HBM; solid: the
+budget every plan fits, usable HBM less {result.headroom:.0%} headroom)</h2>
 {_legend(result)}
 {"".join(memory)}</section>
 <section id="throughput"><h2>Throughput estimate</h2>

@@ -30,10 +30,11 @@ from pydantic import ValidationError
 
 from .. import __version__
 from ..errors import InputError, describe_validation_error
-from .registry import TOOLS, TOOLS_BY_NAME, Tool
+from .registry import TOOLS, TOOLS_BY_NAME, Tool, validate_arguments
 from .schemas import compact_input_schema, compact_output_schema
 from .server_content import INSTRUCTIONS, SKILL_NAME, add_completions, add_prompts, add_resources
 from .summary import summarize
+from .wire import AnswerEveryBody, serve_stdio
 
 SERVER_NAME = SKILL_NAME
 MAX_ARGUMENTS_BYTES = 256 * 1024  # a request is a few hundred bytes; an inline config.json a few KiB
@@ -82,7 +83,7 @@ def run_tool(tool: Tool, arguments: dict[str, Any]) -> CallToolResult:
     if detail not in DETAIL_SCHEMA["enum"]:
         raise ToolError(f"{tool.name}: detail={detail!r} is not allowed: one of 'summary', 'full'")
     try:
-        request = tool.request.model_validate(arguments)
+        request = validate_arguments(tool.request, arguments)
     except ValidationError as exc:
         raise ToolError(f"{tool.name}: {describe_validation_error(exc, tool.request.model_fields)}") from None
     try:
@@ -130,7 +131,11 @@ def _check_size(name: str, arguments: dict[str, Any]) -> None:
 
 
 class EngineServer(MCPServer):
-    """MCPServer whose tools are the registry's, listed and called through the request/result models."""
+    """MCPServer whose tools are the registry's, listed and called through the request/result models, and
+    whose stdio transport answers every line (``wire``)."""
+
+    async def run_stdio_async(self) -> None:
+        await serve_stdio(self._lowlevel_server)
 
     async def list_tools(self) -> list[MCPTool]:
         return [tool_definition(tool) for tool in TOOLS]
@@ -199,12 +204,14 @@ def serve(http: str | None = None, allowed_hosts: list[str] | None = None) -> No
     if http is None:
         server.run()
         return
+    import uvicorn
+
     host, port = parse_bind(http)
+    security = transport_security(host, port, allowed_hosts or [])
+    app = server.streamable_http_app(
+        max_request_body_size=MAX_HTTP_BODY_BYTES, transport_security=security, host=host
+    )
     print(f"{SERVER_NAME}: MCP endpoint http://{authority(host, port)}/mcp", file=sys.stderr, flush=True)
-    server.run(
-        "streamable-http",
-        host=host,
-        port=port,
-        max_request_body_size=MAX_HTTP_BODY_BYTES,
-        transport_security=transport_security(host, port, allowed_hosts or []),
+    uvicorn.run(
+        AnswerEveryBody(app, security, MAX_HTTP_BODY_BYTES), host=host, port=port, log_level="warning"
     )

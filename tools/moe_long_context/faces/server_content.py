@@ -124,6 +124,22 @@ def add_resources(server: MCPServer) -> None:
         return _json([layout.model_dump(mode="json") for layout in representative_layouts()])
 
     @server.resource(
+        f"{URI}layouts/{{layout_id}}",
+        name="layout",
+        title="One representative layout's tool arguments",
+        description="The arguments of one published layout by id (deepseek-v3-128k-h100, ...), to pass to any "
+        "tool as they are.",
+        mime_type="application/json",
+    )
+    def one_layout(layout_id: str) -> str:
+        by_id = {layout.id: layout for layout in representative_layouts()}
+        if layout_id not in by_id:
+            raise ResourceNotFoundError(
+                f"layout_id={layout_id!r} is not allowed: one of {', '.join(by_id)} ({URI}layouts lists them)"
+            )
+        return _json(by_id[layout_id].config)
+
+    @server.resource(
         f"{URI}skill",
         name="skill",
         title="Skill text (SKILL.md)",

@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..dialects.shell import shell_join
+
 FOOTER = "(Complete result in structuredContent; call with detail='full' to get it as text.)"
 MAX_LIST = 5  # list items shown in a summary before "... and N more"
 
@@ -177,7 +179,7 @@ def _pick_recompute(d: dict[str, Any]) -> list[str]:
     if d["other_settings"]:
         lines.append("also set: " + ", ".join(f"{k}={v}" for k, v in d["other_settings"].items()))
     if d["bridge_overrides"]:
-        lines.append("Bridge overrides: " + " ".join(d["bridge_overrides"]))
+        lines.append("Bridge overrides (shell words): " + shell_join(d["bridge_overrides"]))
     if d["megatron_lm_flags"]:
         lines.append("Megatron-LM flags: " + " ".join(d["megatron_lm_flags"]))
     if d["next_steps"]:
@@ -230,8 +232,9 @@ def _recompute(settings: dict[str, Any]) -> str:
 
 def _plan_layout(d: dict[str, Any]) -> list[str]:
     lines = [
-        f"plan_layout: {len(d['plans'])} plan(s); {d['candidates']} candidates, {d['evaluated']} evaluated, "
-        f"{d['feasible']} feasible; GBS {d['gbs']} for every plan, {d['headroom']:.0%} headroom"
+        f"plan_layout: {len(d['plans'])} plan(s); {d['candidates']} candidates, {d['evaluated']} evaluated in "
+        f"full; {d['feasible']} feasible of those{' and the published layout' if d['references'] else ''}; "
+        f"GBS {d['gbs']} for every plan, {d['headroom']:.0%} headroom"
     ]
     if not d["plans"]:  # a job with no plan always says why
         lines.append(f"no plan: {d['no_plan_reason']}")
@@ -268,8 +271,8 @@ def _plan_layout(d: dict[str, Any]) -> list[str]:
         )
     if d["plans"]:
         top = d["plans"][0]
-        lines.append(f"#1 Bridge overrides: {' '.join(top['bridge_overrides'])}")
-        lines.append(f"#1 Megatron-LM args: {' '.join(top['megatron_args'])}")
+        lines.append(f"#1 Bridge overrides (shell words): {shell_join(top['bridge_overrides'])}")
+        lines.append(f"#1 Megatron-LM args (shell words): {shell_join(top['megatron_args'])}")
     return lines
 
 

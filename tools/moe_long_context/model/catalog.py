@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..errors import InputError, unknown_id
+from ..errors import InputError, check_nesting, too_deep, unknown_id
 from .hf import spec_from_hf_config
 from .hf_hybrid import refuse_name
 from .specs import GpuSpec, ModelSpec
@@ -160,20 +160,37 @@ def load_model(model: str | Mapping[str, Any] | ModelSpec, field: str = "model")
     refuse_name(key)
     if key.endswith((".yaml", ".yml")):
         return spec_from_yaml(model.strip(), field)
+    if _on_disk(model.strip()):  # a folder holding a config.json, or a config.json under another name
+        return spec_from_hf_config(model.strip())
     raise unknown_id(field, model, model_ids(), index)
+
+
+def _on_disk(text: str) -> bool:
+    """Whether a model argument names an existing file or folder (a path, not a catalog id)."""
+    if len(text) > 4096 or "\n" in text:
+        return False
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def spec_from_yaml(path: str, field: str = "model") -> ModelSpec:
     """A ModelSpec from a YAML file: either a catalog preset (with ``config_json``) or ModelSpec fields written
     directly (``family`` defaults to custom, ``attention_layer_types`` to full attention on every layer)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
-        raise InputError(field, path, "a readable YAML model spec") from exc
+        raise InputError(field, path, f"a readable YAML model spec ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(field, path, "a YAML model spec; this file is not UTF-8 text") from None
+    except RecursionError:
+        raise too_deep(field, path) from None
     except yaml.YAMLError as exc:
-        raise InputError(field, path, f"valid YAML ({str(exc).splitlines()[0]})") from exc
+        raise InputError(field, path, f"valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise InputError(field, path, "a YAML mapping of ModelSpec fields")
+    check_nesting(data, field, path)
     if "config_json" in data:
         return _preset_spec(data)
     values = {"id": Path(path).stem, "name": Path(path).stem, "family": "custom", **data}

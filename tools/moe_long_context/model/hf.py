@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError
+from ..errors import InputError, check_nesting, too_deep
 from .hf_families import convert_table_family, family_table, language_config
 from .hf_hybrid import REFUSED_MODEL_TYPES
 from .hf_hybrid import register as register_hybrid_families
@@ -318,22 +318,41 @@ register_hybrid_families(FAMILY_BY_MODEL_TYPE, CONVERTERS)  # sparse-attention a
 
 
 def read_config_json(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """Load a config.json from a path or take it as given; return it and a label for sources."""
+    """Load a config.json from a path (a file, or a folder holding one) or take it as given; return it and a
+    label for sources. Refuses, naming the path: a folder without config.json, a file that is not UTF-8 JSON
+    text, JSON that is not an object or nests deeper than a config does."""
     if isinstance(source, Mapping):
+        check_nesting(source, "model")
         return dict(source), "config.json"
     path = Path(source)
     if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise InputError(
+                "model", str(source), "a config.json path; this is a directory without a config.json"
+            )
         path = path / "config.json"
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError("model", str(source), "a catalog id, a config.json path or a config object") from exc
+        raise InputError(
+            "model", str(source), f"a catalog id, a config.json path or a config object ({exc.strerror})"
+        ) from None
+    except UnicodeDecodeError:
+        raise InputError(
+            "model", str(source), "a config.json: JSON text; this file is not UTF-8 text"
+        ) from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise too_deep("model", str(source)) from None
     except json.JSONDecodeError as exc:
-        raise InputError("model", str(source), f"valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        yaml_hint = "" if path.suffix == ".json" else "; a YAML ModelSpec file needs a .yaml or .yml name"
+        raise InputError(
+            "model", str(source), f"valid JSON ({exc.msg} at line {exc.lineno}){yaml_hint}"
+        ) from None
     if not isinstance(data, dict):
         raise InputError("model", str(source), "a JSON object")
+    check_nesting(data, "model", str(source))
     return data, f"{path.name}"
 
 

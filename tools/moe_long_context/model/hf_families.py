@@ -96,8 +96,18 @@ class _Keys:
     def ratio(self, num: str, den: str, key: str) -> int:
         a, b = self.int(num), self.int(den)
         if a % b:
+            unset = [k for k in (num, den) if not self.has(k)]
+            owner = self.entry.get("defaults_from") or f"transformers {self.entry['transformers']}"
+            why = (
+                f" (the config.json lacks {' and '.join(unset)}: {'these are' if len(unset) > 1 else 'it is'} "
+                f"the {owner} default{'s' if len(unset) > 1 else ''})"
+                if unset
+                else ""
+            )
             raise InputError(
-                f"model.{key}", None, f"set explicitly: {num}={a} is not a multiple of {den}={b}"
+                f"model.{key}",
+                None,
+                f"set {key} in the config.json: {num}={a} is not a multiple of {den}={b}{why}",
             )
         return a // b
 

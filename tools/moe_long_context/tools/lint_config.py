@@ -33,7 +33,7 @@ from ..engine.config import MAX_GPUS, TrainingConfig, _Args
 from ..engine.context import Context
 from ..engine.findings import Finding, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
-from ..errors import InputError, describe_validation_error
+from ..errors import InputError, check_nesting, describe_validation_error
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model, model_ids, models
@@ -83,6 +83,8 @@ class LintConfigRequest(_Args):
                 + (f" (got {given})" if given else "")
             )
         text = getattr(self, given[0])
+        if not isinstance(text, str):
+            check_nesting(text, given[0])  # before str() walks it
         size = len(text) if isinstance(text, str) else len(str(text))
         if size > MAX_TEXT:
             raise ValueError(f"{given[0]} is {size} characters; at most {MAX_TEXT}")
@@ -418,7 +420,8 @@ def _correct(first: _Analysis, req: LintConfigRequest) -> tuple[_Analysis, list[
             repaired, new_fixes = repair_config(current.ctx)
             changed = {k: getattr(repaired, k) for k in TrainingConfig.model_fields
                        if getattr(repaired, k) != getattr(current.cfg, k)}  # fmt: skip
-        if not changed and not renames:
+        requote = current.dialect == "megatron-lm" and bool(current.parsed.bash_breaks)
+        if not changed and not renames and not requote:
             break
         fixes += new_fixes
         fixes += [AppliedFix(code=_rename_code(current.dialect, name), settings={name: new or "removed"})

@@ -126,6 +126,15 @@ def edit_megatron(parsed: ParsedScript, changed: dict[str, Any], renames: dict[s
         if item.span is not None and new == text[item.span[0] : item.span[1]]:
             continue
         replace(item, new)
+    edited = {(start, end) for start, end, _ in edits}
+    for item in parsed.items:  # a value bash would split (an unquoted layout string) is written quoted
+        if (
+            item.flag in parsed.bash_breaks
+            and item.span
+            and item.span not in edited
+            and item.flag not in owners
+        ):
+            edits.append((*item.span, _written(item.flag, item.values)))
     for want in desired.values():
         appended += [_written(f, v) for f, v in want.items()]
     if appended:

@@ -12,6 +12,7 @@ from typing import Any
 from ..dialects.argcheck import check_megatron_arguments
 from ..dialects.bridge_keys import bridge_value_problem, layout_from_list, unknown_bridge_key
 from ..dialects.launch import Understood, understand_bridge, understand_megatron
+from ..dialects.shell import quote
 from ..dialects.tables import flatten_config, load_config_object, parse_bridge_overrides, parse_megatron_args
 from ..engine.context import Context
 from ..engine.findings import Finding
@@ -44,6 +45,17 @@ def _refuse_non_launch(name: str, source: Any) -> None:
             )
 
 
+def _bash_breaks(flag: str, value: str) -> Finding:
+    """LAUNCH_BASH_UNQUOTED: bash splits this value at its unquoted | ( ) before Megatron sees it."""
+    return finding(
+        "LAUNCH_BASH_UNQUOTED",
+        f"{flag} {value} is not quoted: bash reads its | as a pipe and ( ) as a subshell (with parentheses a "
+        "syntax error), so the launch fails before Megatron starts.",
+        f"Quote the value: {flag} {quote(value)}",
+        [flag],
+    )
+
+
 def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
     """The launch read in engine terms, and its parsed form; refuses what is not a launch."""
     if dialect == "megatron-lm":
@@ -55,7 +67,9 @@ def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
                 "script or its flags, e.g. --tensor-model-parallel-size 2 --seq-length 131072"
             )
         check_megatron_arguments(parsed)
-        return understand_megatron(parsed), parsed
+        understood = understand_megatron(parsed)
+        understood.notes += [_bash_breaks(flag, value) for flag, value in parsed.bash_breaks.items()]
+        return understood, parsed
     if dialect == "bridge":
         _refuse_non_launch("bridge_overrides", source)
         keys = parse_bridge_overrides(source)

@@ -17,16 +17,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..engine.config import TrainingConfig, precision_is_quantized
+from ..engine.config import RECOMPUTE_MODULES, TrainingConfig, precision_is_quantized
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, errors, has_errors, sort_findings
-from ..engine.pipeline import propose_splits
 from ..engine.rules import finding, run
+from ..engine.rules.recompute import unused_modules
 from ..engine.step_time import step_time
 from ..errors import InputError
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from .estimate_memory import memory_findings, require_seq_len
+from .recompute_next_steps import NextStep, next_steps
 
 PICK_FAMILIES = (
     "recompute",
@@ -48,20 +49,13 @@ MIN_SAVING = 2**20  # a label that frees less than 1 MiB on the peak rank is not
 
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 CLEARED = dict.fromkeys(RECOMPUTE_KEYS)
-OFFLOAD_STEP = 0.05  # fractions are proposed in steps of 5 %
-SPLIT_CLEARED = {
-    "pipeline_layout": None,
-    "account_for_embedding_in_pipeline_split": False,
-    "account_for_loss_in_pipeline_split": False,
-    "num_layers_in_first_pipeline_stage": None,
-    "num_layers_in_last_pipeline_stage": None,
-}
 
 
 class PickRecomputeRequest(TrainingConfig):
     """A complete training configuration (seq_len and gpu required); its recompute fields are replaced."""
 
     headroom: float = Field(
+        allow_inf_nan=False,
         default=0.05,
         ge=0.0,
         le=0.5,
@@ -84,15 +78,6 @@ class LabelGain(BaseModel):
     label: str = Field(description="The recompute label (or 'full: <method> x <n>') added at this step.")
     gib_saved: float = Field(description="GiB this step removed from the peak rank.")
     peak_gib: float = Field(description="Peak after this step.")
-
-
-class NextStep(BaseModel):
-    action: str = Field(description="What to change, in the order to try it.")
-    settings: dict[str, Any] = Field(description="Request fields to set.")
-    gib_saved: float = Field(description="GiB this change removes from the peak (on top of the recompute).")
-    peak_gib: float = Field(description="Peak with this change.")
-    fits: bool = Field(description="Whether the peak then fits the GPU.")
-    note: str = Field(description="What the change costs or needs.")
 
 
 class PickRecomputeResult(BaseModel):
@@ -362,130 +347,6 @@ class Picker:
         return best
 
 
-# --------------------------------------------------------------------------- next steps
-
-
-def _with_world(
-    ctx: Context, changes: dict[str, Any], factor_dense: int, factor_expert: int
-) -> dict[str, Any]:
-    """Keep the world when DP and EDP can absorb a larger model-parallel size, else grow the job."""
-    lay = ctx.layout
-    if (lay.dp or 0) % factor_dense == 0 and (lay.edp or 0) % factor_expert == 0:
-        return changes
-    grow = max(factor_dense, factor_expert)
-    return {**changes, "num_gpus": ctx.cfg.num_gpus * grow}
-
-
-def _offload_step(picker: Picker, best: Trial) -> NextStep | None:
-    c = best.cfg
-    if c.optimizer_cpu_offload_fraction >= 1.0:
-        return None
-    full = picker.trial(
-        {**best.changes, "optimizer_cpu_offload_fraction": 1.0, "use_precision_aware_optimizer": True}
-    )
-    if not full.accepted:
-        return None
-    half = picker.trial(
-        {**best.changes, "optimizer_cpu_offload_fraction": 0.5, "use_precision_aware_optimizer": True}
-    )
-    fraction = 1.0
-    if half.accepted and full.peak <= picker.usable:
-        per_unit = 2 * (half.peak - full.peak)  # GPU optimizer bytes scale with (1 - fraction)
-        need = (full.peak + per_unit - picker.usable) / per_unit if per_unit > 0 else 0.0
-        fraction = min(1.0, max(OFFLOAD_STEP, math.ceil(need / OFFLOAD_STEP) * OFFLOAD_STEP))
-    chosen = (
-        full
-        if fraction == 1.0
-        else picker.trial(
-            {
-                **best.changes,
-                "optimizer_cpu_offload_fraction": fraction,
-                "use_precision_aware_optimizer": True,
-            }
-        )
-    )
-    return _step(
-        picker,
-        best,
-        "optimizer CPU offload",
-        {"optimizer_cpu_offload_fraction": fraction, "use_precision_aware_optimizer": True},
-        chosen,
-        "moves FP32 master weights and Adam moments to the CPU (Megatron-LM needs the precision-aware "
-        "optimizer); costs host memory and PCIe time in the optimizer step",
-    )
-
-
-def _step(
-    picker: Picker, best: Trial, action: str, settings: dict[str, Any], trial: Trial, note: str
-) -> NextStep:
-    return NextStep(
-        action=action,
-        settings=settings,
-        gib_saved=round((best.peak - trial.peak) / GIB, 3),
-        peak_gib=round(trial.peak / GIB, 3),
-        fits=picker.fits(trial),
-        note=note,
-    )
-
-
-def _parallel_step(picker: Picker, best: Trial, key: str, note: str) -> NextStep | None:
-    ctx = best.ctx
-    value = getattr(ctx.cfg, key) * 2
-    expert_factor = 2 if key == "pp" else 1
-    settings = _with_world(ctx, {key: value}, 2, expert_factor)
-    if key == "tp" and ctx.cfg.sequence_parallel is False:
-        settings["sequence_parallel"] = True
-    if key == "pp":
-        split = _pp_split(ctx, value)
-        if split is None:
-            return None
-        settings.update(split)
-    trial = picker.trial({**best.changes, **settings})
-    if not trial.accepted:
-        return None
-    if "num_gpus" in settings:
-        note += f"; needs {settings['num_gpus']} GPUs (DP/EDP cannot absorb it)"
-    changed = {k: v for k, v in settings.items() if getattr(ctx.cfg, k) != v}
-    return _step(picker, best, f"{key.upper()} {getattr(ctx.cfg, key)} -> {value}", changed, trial, note)
-
-
-def _pp_split(ctx: Context, pp: int) -> dict[str, Any] | None:
-    """Split settings for a larger PP: the current VPP if the layers allow it, else fewer virtual stages."""
-    vpp = ctx.vpp or 1
-    for v in sorted({vpp, *(d for d in range(1, vpp) if vpp % d == 0)}, reverse=True):
-        proposals = propose_splits(ctx.model.num_layers, pp, v if v > 1 else None, ctx.mtp_layers, limit=1)
-        if proposals:
-            return {**SPLIT_CLEARED, "vpp": v if v > 1 else None, **proposals[0].settings}
-    return None
-
-
-def next_steps(picker: Picker, best: Trial) -> list[NextStep]:
-    steps = [
-        _offload_step(picker, best),
-        _parallel_step(
-            picker, best, "cp", "halves the tokens (and activations) per rank; more CP communication"
-        ),
-        _parallel_step(
-            picker, best, "tp", "halves weights and activations per rank; TP should stay in the NVLink domain"
-        ),
-        _parallel_step(picker, best, "pp", "halves the layers per rank; more pipeline stages and bubble"),
-    ]
-    if best.cfg.mbs > 1:
-        trial = picker.trial({**best.changes, "mbs": best.cfg.mbs // 2})
-        if trial.accepted:
-            steps.append(
-                _step(
-                    picker,
-                    best,
-                    f"MBS {best.cfg.mbs} -> {best.cfg.mbs // 2}",
-                    {"mbs": best.cfg.mbs // 2},
-                    trial,
-                    "halves the activations of each microbatch; more microbatches per step",
-                )
-            )
-    return [s for s in steps if s is not None]
-
-
 # --------------------------------------------------------------------------- overrides
 
 
@@ -552,6 +413,14 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
             findings=found,
         )
     picker = Picker(ctx, req.headroom)
+    if set(cfg.recompute_modules or ()) - set(RECOMPUTE_MODULES):  # a label Megatron refuses: say so
+        picker.findings.append(
+            unused_modules(
+                cfg.recompute_modules,
+                "as given: pick_recompute replaces the recompute fields with its choice",
+                "Use the labels of the choice (recompute_modules in this result).",
+            )
+        )
     best = picker.pick()
     steps = [] if picker.fits(best) else next_steps(picker, best)
     if not picker.fits(best):

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..dialects.shell import quote
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
 from ..engine.findings import Finding
 
@@ -37,6 +38,7 @@ class PlanLayoutRequest(_Args):
         default=True, description="Allow optimizer CPU offload when recompute alone does not fit."
     )
     overhead_gib: float | None = Field(
+        allow_inf_nan=False,
         default=None,
         ge=0.0,
         le=1024.0,
@@ -44,6 +46,7 @@ class PlanLayoutRequest(_Args):
         "plan must fit with it. Unset: the memory model's default. Raise it to plan with more headroom.",
     )
     headroom: float = Field(
+        allow_inf_nan=False,
         default=0.05,
         ge=0.0,
         le=0.5,
@@ -113,13 +116,20 @@ class ReferenceComparison(BaseModel):
 
 
 class PlanLayoutResult(BaseModel):
+    def counts(self) -> str:
+        """How many layouts the search saw, evaluated and found feasible (the published layouts that fit are
+        feasible plans too, so there may be more feasible plans than evaluated candidates)."""
+        published = {0: "", 1: " and the published layout"}.get(
+            len(self.references), " and the published layouts"
+        )
+        return (
+            f"{self.candidates} candidates, {self.evaluated} evaluated in full; {self.feasible} feasible of "
+            f"those{published}"
+        )
+
     def render_text(self) -> str:
         """A compact summary for people: one line per plan, then each plan's reasons and overrides."""
-        lines = [
-            f"{self.candidates} candidates, {self.evaluated} evaluated in full, {self.feasible} feasible; "
-            f"GBS {self.gbs} for every plan, {self.headroom:.0%} headroom",
-            "",
-        ]
+        lines = [f"{self.counts()}; GBS {self.gbs} for every plan, {self.headroom:.0%} headroom", ""]
         if self.no_plan_reason:
             lines += [f"no plan: {self.no_plan_reason}", ""]
         for p in self.plans:
@@ -140,8 +150,13 @@ class PlanLayoutResult(BaseModel):
             lines += ["", f"published: {ref.title} ({ref.layout}): {ref.tflops_per_gpu} TFLOP/s/GPU, "
                       f"{'rank ' + str(ref.rank) if ref.rank else 'not ranked'}; {ref.verdict}"]  # fmt: skip
         for p in self.plans:
-            lines += ["", f"#{p.rank} {p.layout}", *(f"  - {w}" for w in p.why), "  Bridge overrides:"]
-            lines += [f"    {o}" for o in p.bridge_overrides]
+            lines += [
+                "",
+                f"#{p.rank} {p.layout}",
+                *(f"  - {w}" for w in p.why),
+                "  Bridge overrides (shell words):",
+            ]
+            lines += [f"    {quote(o)}" for o in p.bridge_overrides]
         return "\n".join(lines)
 
     valid: bool = Field(description="False when no plan fits; no_plan_reason says why.")

@@ -212,11 +212,13 @@ def sequence_findings(seq: int, tp: int, cp: int, sp: bool) -> list[Finding]:
     out = []
     if cp > 1 and seq % (2 * cp):
         good = [c for c in (cp // 2, cp * 2) if c >= 1 and seq % (2 * c) == 0]
+        below = seq // (2 * cp) * 2 * cp  # 0 below the first multiple: no length to propose
+        lengths = [n for n in (below, below + 2 * cp) if n >= 1]
         out.append(
             finding(
                 "SEQ_CP_DIVISIBILITY",
                 f"seq_len={seq} is not divisible by 2 x CP = {2 * cp}.",
-                f"Use seq_len {seq // (2 * cp) * 2 * cp} or {(seq // (2 * cp) + 1) * 2 * cp}"
+                f"Use seq_len {' or '.join(str(n) for n in lengths)}"
                 + (f", or CP in {good}" if good else "")
                 + ".",
                 ["seq_len", "cp"],
@@ -228,7 +230,8 @@ def sequence_findings(seq: int, tp: int, cp: int, sp: bool) -> list[Finding]:
                 "SEQ_CP_TP_DIVISIBILITY",
                 f"With sequence parallelism each CP shard of {seq} tokens is split over TP={tp}: seq_len must "
                 f"be divisible by CP x TP = {cp * tp}.",
-                f"Use seq_len {(seq // (cp * tp) + 1) * cp * tp}, or a TP that divides {seq // cp}.",
+                f"Use seq_len {(seq // (cp * tp) + 1) * cp * tp}"
+                + (f", or a TP that divides {seq // cp}." if seq % cp == 0 else "."),
                 ["seq_len", "cp", "tp"],
             )
         )

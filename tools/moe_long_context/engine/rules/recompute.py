@@ -67,10 +67,34 @@ def granularity_and_method(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def unused_modules(labels: list[str], why: str, fix: str) -> Finding:
+    """RECOMPUTE_MODULES_UNUSED for ``labels``, naming any that Megatron Core 0.19 would not accept."""
+    unknown = [name for name in labels if name not in RECOMPUTE_MODULES]
+    named = (
+        f"; {', '.join(repr(n) for n in unknown)} {'is not a label' if len(unknown) == 1 else 'are not labels'} "
+        f"Megatron Core 0.19 accepts ({', '.join(RECOMPUTE_MODULES)})"
+        if unknown
+        else ""
+    )
+    return finding(
+        "RECOMPUTE_MODULES_UNUSED",
+        f"recompute_modules={list(labels)} {why}{named}.",
+        fix,
+        ["recompute_modules", "recompute_granularity"],
+    )
+
+
 @check("recompute")
 def modules(ctx: Context) -> Iterator[Finding]:
     c, m = ctx.cfg, ctx.model
     if c.recompute_granularity != "selective":
+        if c.recompute_modules:
+            yield unused_modules(
+                c.recompute_modules,
+                f"without recompute_granularity=selective (it is {c.recompute_granularity or 'unset'}): Megatron "
+                "reads the labels only for selective recompute",
+                "Set recompute_granularity=selective to recompute them, or drop recompute_modules.",
+            )
         return
     if c.recompute_modules is None:
         yield finding(
