@@ -10,9 +10,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..model.yaml_data import load_data_yaml
 from .config import TrainingConfig
 
 
@@ -54,7 +54,7 @@ class RepresentativeLayout(BaseModel):
 
 @cache
 def _layouts_file() -> dict[str, Any]:
-    return yaml.safe_load(resources.files(__package__).joinpath("layouts.yaml").read_text())
+    return load_data_yaml(resources.files(__package__).joinpath("layouts.yaml").read_text())
 
 
 @cache

@@ -104,7 +104,9 @@ class InventoryCache:
         key = (tuple([(types[i], moe[i]) for i in layers]), mtp, embedding, loss)
         found = self._chunks.get(key)
         if found is None:
-            found = self._chunks[key] = chunk_activations(self.ctx, self.sh, layers, mtp, embedding, loss, self)
+            found = self._chunks[key] = chunk_activations(
+                self.ctx, self.sh, layers, mtp, embedding, loss, self
+            )
         return found
 
     def __call__(self, index: int) -> list[Saved]:
