@@ -295,7 +295,7 @@ class Picker:
                 out.append(self._alternative("safer", trial))
                 break
         else:  # no selective set leaves less: full recompute is the safer choice
-            full = self._full_trial("uniform", 1)
+            full = self.full_trial("uniform", 1)
             if full.accepted and full.peak < best.peak - MIN_SAVING:
                 out.append(self._alternative("safer", full))
         return out
@@ -315,7 +315,7 @@ class Picker:
             recompute_s=round(self.cost(trial), 4),
         )
 
-    def _full_trial(self, method: str, layers: int) -> Trial:
+    def full_trial(self, method: str, layers: int) -> Trial:
         return self.trial(
             {
                 **CLEARED,
@@ -329,7 +329,7 @@ class Picker:
     def full(self, best: Trial) -> Trial | None:
         """Full recompute, last resort: uniform x 1 (every layer keeps only its input) if it is accepted and
         fits, then the block setting recomputing the fewest layers per chunk that still fits."""
-        uniform = self._full_trial("uniform", 1)
+        uniform = self.full_trial("uniform", 1)
         if not uniform.accepted:
             self.findings.append(_skip_finding("full recompute", uniform))
             return None
@@ -339,7 +339,7 @@ class Picker:
             low, high = 1, max(s.decoders for row in split.stages for s in row) - 1
             while low <= high:  # fewer block layers keep more activations: find the smallest that fits
                 mid = (low + high) // 2
-                trial = self._full_trial("block", mid)
+                trial = self.full_trial("block", mid)
                 if self.fits(trial):
                     chosen, high = trial, mid - 1
                 else:

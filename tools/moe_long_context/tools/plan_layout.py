@@ -2,16 +2,19 @@
 
 1. Enumerate TP, CP, PP, VPP, EP and MBS that factor the world under MoE parallel folding, with a pipeline
    split Megatron accepts for each (PP, VPP), and CP that the sequence and the attention type allow.
-2. Rank the candidates by an optimistic bound (compute only) and evaluate them best-first: every rule
-   family of the engine, memory with pick_recompute (selective before full) and optimizer CPU offload
+2. Rank the candidates by lower bounds of their plans (a layout's floor, a split's time before recompute, then
+   the recompute and offload its memory bound forces: plan_bounds.py) and evaluate them best-first: every
+   rule family of the engine, memory with pick_recompute (selective before full) and optimizer CPU offload
    when nothing else fits, then the step-time model with the recompute it costs.
-3. Stop when the next candidate's bound cannot beat the N-th plan found (branch and bound).
+3. Stop when the best bound left cannot beat the N-th plan found nor the published layout (branch and
+   bound): the plans are then the best of the whole space within the model (``optimal``).
 Every plan returned passes the engine's rules with no error and fits its GPU's memory.
 """
 
 from __future__ import annotations
 
 import heapq
+from functools import partial
 
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..engine.step_time import STATED_ERROR
@@ -19,18 +22,19 @@ from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
 from .plan_compare import _compare, _references, _same_plan, published_for
-from .plan_evaluate import Evaluated, _plan, evaluate
+from .plan_evaluate import Evaluated, _plan, evaluate, surely_fits
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
 from .plan_search import (
     MAX_TP,
     budget,
+    candidate_bound,
     cheap_bounds,
     default_dispatcher,
     default_gbs,
     default_precision,
     enumerate_candidates,
+    layout_fits_nowhere,
     layout_floors,
-    refined_bound,
     seconds_per_token,
 )
 
@@ -74,11 +78,12 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     # The search must reach every candidate that could beat the published layout, whatever top_n is, so that
     # the published layout's rank does not depend on how many plans are asked for.
     ref_times = [seconds_per_token(e.step) for _, e in references if e is not None and e.peak <= limit]
-    # Best-first search over three stages, each a lower bound of the next: a layout's floor (no bubble, even
-    # stages), then each of its splits' time before recompute and offload, then the bound its memory forecast
-    # implies; only then a candidate is evaluated in full. The search stops as soon as the best remaining bound
-    # can neither beat the N-th plan found nor the published layout.
-    heap: list = [(floor, i, 0, members) for i, (floor, members) in enumerate(floors)]
+    # Best-first search over four stages, each a lower bound of the next and of the plan evaluate() makes: a
+    # layout's floor (no bubble, even stages), each of its splits' time before recompute and offload, the bound
+    # its memory adds, then that bound once the offload levels evaluate cannot reach are known (plan_bounds.py);
+    # only then a candidate is evaluated in full. The search ends when the best bound left can neither beat the
+    # N-th plan found nor the published layout: the plans are then the best the model has.
+    heap: list = [(floor, i, 0, (members, ctx)) for i, (floor, members, ctx) in enumerate(floors)]
     heapq.heapify(heap)
     tie = len(heap)
     found: list[Evaluated] = []
@@ -86,37 +91,52 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     evaluated = 0
     while heap and evaluated < MAX_EVALUATED:
         bound, _, stage, payload = heapq.heappop(heap)
-        if bound >= max([_nth_group_time(found, req.top_n), *ref_times]):
+        threshold = max([_nth_group_time(found, req.top_n), *ref_times])  # it only falls as plans are found
+        if bound >= threshold:
             heapq.heappush(heap, (bound, -1, stage, payload))
             break
         if stage == 0:
-            for cand, ctx in cheap_bounds(payload, model, gpu, req, base, excluded):
+            members, ctx = payload
+            if layout_fits_nowhere(ctx, req):
+                _count(
+                    excluded,
+                    "memory: over the budget even with full recompute and optimizer offload",
+                    len(members),
+                )
+                continue
+            for cand, ctx, known in cheap_bounds(members, model, gpu, req, base, excluded):
                 tie += 1
-                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx)))
+                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx, known)))
             continue
-        cand, ctx = payload
+        cand, ctx, cb = payload
         layout = (cand.tp, cand.cp, cand.pp, cand.ep, cand.mbs)
         if fastest.get(layout, float("inf")) <= bound:
             _count(excluded, "search: another VPP of the same layout is faster (not evaluated)")
             continue  # it cannot change its layout's place: plans differing only in VPP are one plan
-        if stage == 1:
-            better = refined_bound(ctx, req)
-            if better is not None:
-                tie += 1
-                heapq.heappush(heap, (max(better, bound), tie, 2, payload))
+        if stage in (1, 2):
+            if stage == 1:
+                cb = candidate_bound(ctx, req, cand.bound_s, cb)  # cb holds what cheap_bounds knows
+                better = cb.bound(threshold)
             else:
-                _count(excluded, "memory: forecast over the budget even with full recompute and offload")
-            continue
+                better = cb.refine(partial(_surely_fits, cand, model, gpu, req, base, cb), threshold)
+            if better == float("inf"):
+                _count(excluded, "memory: over the budget even with full recompute and optimizer offload")
+                continue
+            if stage == 1 or better > bound:
+                tie += 1
+                heapq.heappush(heap, (max(better, bound), tie, stage + 1, (cand, ctx, cb)))
+                continue
         evaluated += 1
-        e = evaluate(cand, model, gpu, req, base)
+        e = evaluate(cand, model, gpu, req, base, cb.impossible_levels())
         if isinstance(e, str):
             _count(excluded, e)
         else:
             found.append(e)
             fastest[layout] = min(fastest.get(layout, float("inf")), seconds_per_token(e.step))
-    left = sum(len(p) if stage == 0 else 1 for _, _, stage, p in heap)
+    left = sum(len(p[0]) if stage == 0 else 1 for _, _, stage, p in heap)
+    optimal = evaluated < MAX_EVALUATED or not heap
     if left:
-        why = "bound cannot beat the plans found" if evaluated < MAX_EVALUATED else "stopped at the cap"
+        why = "bound cannot beat the plans found" if optimal else "stopped at the safety cap"
         _count(excluded, f"search: {why} (not evaluated)", left)
     asked = {}  # a published layout is a plan too when it fits and has this request's dispatcher and precision
     for layout, ref in references:
@@ -151,6 +171,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         ],
         candidates=total,
         evaluated=evaluated,
+        optimal=optimal,
+        pruned_by_bound=left if optimal else 0,
         feasible=len(found),
         assumptions=[
             f"Global batch: {gbs} sequences for every plan and the published layout ({source}).",
@@ -170,6 +192,10 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         ],
         findings=[],
     )
+
+
+def _surely_fits(cand, model, gpu, req, base, cb, level: int) -> bool:
+    return surely_fits(cand, model, gpu, req, base, cb.levels[level][0])
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:

@@ -9,7 +9,9 @@ from pydantic import BaseModel, Field
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
 from ..engine.findings import Finding
 
-MAX_EVALUATED = 40  # full evaluations (rules + memory + recompute + time) per request at most
+# A safety limit on full evaluations (rules + memory + recompute + time) per request: the bounds end the search
+# long before it on every benchmark job (tests/test_plan_bounds.py); a result that reaches it says optimal false.
+MAX_EVALUATED = 2000
 
 
 class PlanLayoutRequest(_Args):
@@ -157,6 +159,13 @@ class PlanLayoutResult(BaseModel):
         description="Layouts enumerated (TP, CP, PP, VPP, EP, MBS), before any exclusion."
     )
     evaluated: int = Field(description="Candidates evaluated in full (rules, memory, recompute, time).")
+    optimal: bool = Field(
+        description="The plans are the fastest of every candidate within the model: the search ended when "
+        "no candidate left could enter them (false only if the safety limit on evaluations stopped it)."
+    )
+    pruned_by_bound: int = Field(
+        description="Candidates left out because a lower bound of their plan could not enter the top plans."
+    )
     feasible: int = Field(
         description="Evaluated candidates (and published layouts) that pass every rule and fit the budget."
     )
