@@ -193,9 +193,7 @@ MAX_VERIFIED = 6  # label sets tried in full, cheapest first, before the search 
 class Picker:
     def __init__(self, ctx: Context, headroom: float = DEFAULT_HEADROOM, report: bool = True):
         self.ctx = ctx
-        self.report = (
-            report  # measure what each chosen label buys (the tool reports it; the planner does not)
-        )
+        self.report = report  # measure what each chosen label buys (for the tool's report)
         self.usable = ctx.gpu.usable_hbm_gib * GIB
         self.budget = self.usable * (1 - headroom)
         self.base = ctx.cfg.model_dump(exclude_unset=True)
@@ -206,10 +204,13 @@ class Picker:
         self.findings: list[Finding] = []
         self.gains: list[LabelGain] = []
         self.sets: list[tuple[float, float, tuple[str, ...]]] = []  # (cost s, estimated peak, labels)
-        self.tried: dict[tuple[str, ...], Trial] = {}
+        self.tried: dict[str, Trial] = {}  # by the changes: the same changes make the same trial
 
     def trial(self, changes: dict[str, Any]) -> Trial:
-        return Trial(self.base, changes, self.ctx.model, self.ctx.gpu, self.baseline_errors)
+        key = repr(sorted(changes.items()))
+        if key not in self.tried:
+            self.tried[key] = Trial(self.base, changes, self.ctx.model, self.ctx.gpu, self.baseline_errors)
+        return self.tried[key]
 
     def fits(self, trial: Trial) -> bool:
         return trial.accepted and trial.peak <= self.budget
@@ -224,9 +225,7 @@ class Picker:
         )
 
     def labels_trial(self, labels: tuple[str, ...]) -> Trial:
-        if labels not in self.tried:
-            self.tried[labels] = self.trial(_selective(list(labels)) if labels else dict(CLEARED))
-        return self.tried[labels]
+        return self.trial(_selective(list(labels)) if labels else dict(CLEARED))
 
     def cost(self, trial: Trial) -> float:
         """Seconds per step the recompute of ``trial`` adds (the step-time model's recompute term)."""

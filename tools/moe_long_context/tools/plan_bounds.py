@@ -96,6 +96,7 @@ class KindTable:
         self._freed: dict[tuple[Kind, int], float] = {}
         self._replayed: dict[tuple[Kind, int], float] = {}
         self._chunks: dict[tuple, tuple] = {}
+        self._prefixes: dict[tuple, tuple] = {}
         self._replays: tuple | None = None
         self.static: dict = {}  # static_bytes's parts, by (PP, offload fraction, rank parameters) or layer kinds
 
@@ -122,6 +123,19 @@ class KindTable:
             found = self._replayed[key] = removed(self.inventory[kind], self.labels_of(mask))
         return found
 
+    def prefixes(self, chunk: tuple) -> tuple[list[float], list[float], list[float]]:
+        """Over a chunk's layers: prefix sums of their inputs and of their kept bytes, and prefix maxima of the
+        kept bytes (what block recompute of the first n layers keeps and replays)."""
+        found = self._prefixes.get(chunk[5])
+        if found is None:
+            pin, pkept, pmax = [0.0], [0.0], [0.0]
+            for k in chunk[0]:
+                pin.append(pin[-1] + self.inputs[k])
+                pkept.append(pkept[-1] + self.kept[k])
+                pmax.append(max(pmax[-1], self.kept[k]))
+            found = self._prefixes[chunk[5]] = (pin, pkept, pmax)
+        return found
+
     def replays(self, ctx: Context) -> tuple[dict[str, dict[Kind, float]], dict[Kind, float]]:
         """Per label, and for full recompute (every layer), the seconds one layer of each kind replays per
         microbatch, as the step-time model prices them."""
@@ -138,7 +152,8 @@ class KindTable:
 
     def chunk(self, key: tuple) -> tuple:
         """(kinds in order, kind counts, kept bytes with no recompute, layer-input bytes, embedding and loss
-        bytes) of one chunk: ``key`` is (first decoder layer, decoder layers, MTP layers, embedding, loss)."""
+        bytes, ``key``) of one chunk: ``key`` is (first decoder layer, decoder layers, MTP layers, embedding,
+        loss)."""
         found = self._chunks.get(key)
         if found is None:
             start, count, mtp, embedding, loss = key
@@ -149,7 +164,7 @@ class KindTable:
             extra = self.extras[embedding, loss]
             kept0 = sum(n * self.kept[k] for k, n in counts.items()) + extra
             inputs = sum(n * self.inputs[k] for k, n in counts.items()) + extra
-            found = self._chunks[key] = (seq, counts, kept0, inputs, extra)
+            found = self._chunks[key] = (seq, counts, kept0, inputs, extra, key)
         return found
 
 
@@ -386,11 +401,13 @@ class CandidateBound:
             inputs = [ch[3] for ch in r.chunks]
             held = max(sum(map(mul, s, inputs)) for s in r.states)
             return held + max((t.kept[k] for ch in r.chunks for k in ch[1]), default=0.0)
-        per_chunk = [sum(t.inputs[k] for k in ch[0][:block]) + sum(t.kept[k] for k in ch[0][block:]) + ch[4]
-                     for ch in r.chunks]  # fmt: skip
-        held = max(sum(map(mul, s, per_chunk)) for s in r.states)
-        heads = [ch[0][:1] if relaxed else ch[0][:block] for ch in r.chunks]
-        return held + max((t.kept[k] for seq in heads for k in seq), default=0.0)
+        per_chunk, replay = [], 0.0
+        for ch in r.chunks:
+            n = min(block, len(ch[0]))
+            pin, pkept, pmax = t.prefixes(ch)
+            per_chunk.append(pin[n] + pkept[-1] - pkept[n] + ch[4])
+            replay = max(replay, pmax[min(n, 1)] if relaxed else pmax[n])
+        return max(sum(map(mul, s, per_chunk)) for s in r.states) + replay
 
     def level_possible(self, level: int) -> bool:
         """Whether any option could fit at this level by its memory lower bound."""

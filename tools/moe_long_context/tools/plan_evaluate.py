@@ -55,10 +55,13 @@ def evaluate(
     req: PlanLayoutRequest,
     base: dict,
     impossible: frozenset[float] = frozenset(),
+    pickers: dict | None = None,
 ) -> Evaluated | str:
     """The plan a candidate makes (cheapest recompute that fits the budget, offload if needed, CUDA graphs if
     accepted and they still fit), or why it makes none. ``impossible`` names offload fractions (0 for none) at
-    which the memory bound proved that nothing fits: pick_recompute is not run there, which changes nothing."""
+    which the memory bound proved that nothing fits: pick_recompute is not run there, which changes nothing.
+    ``pickers`` keeps each level's pick_recompute, and the trials it made, for the request (see level_picker)."""
+    pickers = {} if pickers is None else pickers
     ctx = level_context(cand, model, gpu, req, base, 0.0)
     found = errors(run(ctx))
     if found:
@@ -66,15 +69,13 @@ def evaluate(
     notes: list[str] = []
     picker = best = None
     if 0.0 not in impossible:
-        picker = Picker(ctx, req.headroom, report=False)
+        picker = level_picker(cand, model, gpu, req, base, 0.0, pickers)
         best = picker.pick()
     if (picker is None or not picker.fits(best)) and req.allow_optimizer_offload:
         for fraction in OFFLOAD_LEVELS:
             if fraction in impossible:
                 continue
-            off_picker = Picker(
-                level_context(cand, model, gpu, req, base, fraction), req.headroom, report=False
-            )
+            off_picker = level_picker(cand, model, gpu, req, base, fraction, pickers)
             trial = off_picker.pick()
             if off_picker.fits(trial):
                 picker, best = off_picker, trial
@@ -92,12 +93,23 @@ def evaluate(
     return Evaluated(best.cfg, best.ctx, best.peak, step_time(best.ctx), found, notes)
 
 
-def surely_fits(
-    cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict, fraction: float
-) -> bool:
+def level_picker(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict,
+                 fraction: float, pickers: dict) -> Picker:  # fmt: skip
+    """pick_recompute for the candidate at one offload level, made once per request (``pickers``): the trials
+    surely_fits makes are the ones evaluate would make first."""
+    key = (cand, fraction)
+    if key not in pickers:
+        pickers[key] = Picker(
+            level_context(cand, model, gpu, req, base, fraction), req.headroom, report=False
+        )
+    return pickers[key]
+
+
+def surely_fits(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict,
+                fraction: float, pickers: dict) -> bool:  # fmt: skip
     """Whether pick_recompute surely returns a plan that fits at this offload level: no recompute fits, or full
     uniform recompute does (pick_recompute then ends with it or with a cheaper setting that fits)."""
-    picker = Picker(level_context(cand, model, gpu, req, base, fraction), req.headroom, report=False)
+    picker = level_picker(cand, model, gpu, req, base, fraction, pickers)
     return picker.fits(picker.trial(dict(CLEARED))) or picker.fits(picker.full_trial("uniform", 1))
 
 

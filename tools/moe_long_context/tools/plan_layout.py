@@ -89,6 +89,7 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     found: list[Evaluated] = []
     fastest: dict[tuple, float] = {}  # per layout (TP, CP, PP, EP, MBS): its fastest plan found
     evaluated = 0
+    pickers: dict = {}  # pick_recompute per (candidate, offload level): surely_fits and evaluate share it
     while heap and evaluated < MAX_EVALUATED:
         bound, _, stage, payload = heapq.heappop(heap)
         threshold = max([_nth_group_time(found, req.top_n), *ref_times])  # it only falls as plans are found
@@ -118,7 +119,7 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
                 cb = candidate_bound(ctx, req, cand.bound_s, cb)  # cb holds what cheap_bounds knows
                 better = cb.bound(threshold)
             else:
-                better = cb.refine(partial(_surely_fits, cand, model, gpu, req, base, cb), threshold)
+                better = cb.refine(partial(_surely_fits, cand, model, gpu, req, base, cb, pickers), threshold)
             if better == float("inf"):
                 _count(excluded, "memory: over the budget even with full recompute and optimizer offload")
                 continue
@@ -127,7 +128,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
                 heapq.heappush(heap, (max(better, bound), tie, stage + 1, (cand, ctx, cb)))
                 continue
         evaluated += 1
-        e = evaluate(cand, model, gpu, req, base, cb.impossible_levels())
+        e = evaluate(cand, model, gpu, req, base, cb.impossible_levels(), pickers)
+        pickers = {k: v for k, v in pickers.items() if k[0] is not cand}  # its trials are done with
         if isinstance(e, str):
             _count(excluded, e)
         else:
@@ -194,8 +196,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     )
 
 
-def _surely_fits(cand, model, gpu, req, base, cb, level: int) -> bool:
-    return surely_fits(cand, model, gpu, req, base, cb.levels[level][0])
+def _surely_fits(cand, model, gpu, req, base, cb, pickers, level: int) -> bool:
+    return surely_fits(cand, model, gpu, req, base, cb.levels[level][0], pickers)
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:
