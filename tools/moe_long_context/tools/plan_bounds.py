@@ -201,9 +201,11 @@ class RankBound:
 def _split_shape(ctx: Context) -> list[tuple]:
     """Per PP rank, what the split puts there: each chunk's (first layer, layers, MTP, embedding, loss), the
     rank's decoder layers, MTP layers, embedding, loss, its decoder layers by kind and the kinds of the chunks'
-    last layers. The same for every candidate with this split, so kept per split (splits are cached objects)."""
+    last layers. The same for every candidate of the model with this split, so kept per model and split (splits
+    are cached objects)."""
     split = ctx.split.split
-    found = _SHAPES.get(id(split))
+    shapes = spec_cache(ctx.model).setdefault("plan_split_shapes", {})
+    found = shapes.get(id(split))
     if found is not None and found[0] is split:
         return found[1]
     m = ctx.model
@@ -218,13 +220,10 @@ def _split_shape(ctx: Context) -> list[tuple]:
                          for ls, s in zip(chunk_layers, stages, strict=True) if ls or s.mtp)  # fmt: skip
         out.append((chunks, flat, sum(s.mtp for s in stages), any(s.embedding for s in stages),
                     any(s.loss for s in stages), kind_counts(m, flat), last))  # fmt: skip
-    if len(_SHAPES) > 4096:
-        _SHAPES.clear()
-    _SHAPES[id(split)] = (split, out)
+    if len(shapes) > 4096:
+        shapes.clear()
+    shapes[id(split)] = (split, out)
     return out
-
-
-_SHAPES: dict[int, tuple] = {}
 
 
 def rank_bounds(ctx: Context, table: KindTable) -> list[RankBound]:

@@ -41,7 +41,9 @@ from .plan_search import (
 __all__ = ["PlanLayoutRequest", "PlanLayoutResult", "plan_layout"]
 
 
-def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
+def search_inputs(req: PlanLayoutRequest):
+    """(model, GPU, the engine fields every candidate shares, GBS, where the GBS comes from): the request
+    resolved, its global batch chosen (the request's, the published layout's, else 2^23 tokens)."""
     model = load_model(req.model)
     gpu = load_gpu(req.gpu)
     if req.launcher not in ("bridge", "megatron-lm"):
@@ -54,7 +56,6 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     source = (
         "the request's" if req.gbs else "the published layout's" if published else "the default 2^23 tokens"
     )
-    mtp = model.mtp_num_layers
     base = {
         "model": model.id if model.id != "custom" else req.model,
         "gpu": gpu.id,
@@ -69,6 +70,12 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         base["overhead_gib"] = req.overhead_gib
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
+    return model, gpu, base, gbs, source
+
+
+def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
+    model, gpu, base, gbs, source = search_inputs(req)
+    mtp = model.mtp_num_layers
     excluded: dict[str, int] = {}
     enumerated = enumerate_candidates(model, gpu, req, mtp, gbs, excluded)
     total = len(enumerated) + sum(excluded.values())  # every layout tried, before any exclusion

@@ -88,7 +88,8 @@ class Plan(BaseModel):
         description="Tokens/s within the step-time model's stated error of the top plan's: a tie."
     )
     vpp_variants: list[dict[str, Any]] = Field(
-        description="The same plan with other VPP (and split): vpp, tokens_per_s, peak_gib (grouped, not ranked)."
+        description="The same plan with other VPP (and split) the search evaluated: vpp, tokens_per_s, peak_gib "
+        "(grouped, not ranked)."
     )
 
 
