@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -20,13 +21,13 @@ from pydantic import BaseModel, Field
 from ..engine.config import TrainingConfig, precision_is_quantized
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, errors, has_errors, sort_findings
-from ..engine.pipeline import propose_splits
 from ..engine.rules import finding, run
 from ..engine.step_time import step_time
 from ..errors import InputError
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from .estimate_memory import memory_findings, require_seq_len
+from .recompute_steps import NextStep, next_steps
 
 PICK_FAMILIES = (
     "recompute",
@@ -48,14 +49,6 @@ MIN_SAVING = 2**20  # a label that frees less than 1 MiB on the peak rank is not
 
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 CLEARED = dict.fromkeys(RECOMPUTE_KEYS)
-OFFLOAD_STEP = 0.05  # fractions are proposed in steps of 5 %
-SPLIT_CLEARED = {
-    "pipeline_layout": None,
-    "account_for_embedding_in_pipeline_split": False,
-    "account_for_loss_in_pipeline_split": False,
-    "num_layers_in_first_pipeline_stage": None,
-    "num_layers_in_last_pipeline_stage": None,
-}
 
 
 class PickRecomputeRequest(TrainingConfig):
@@ -84,15 +77,6 @@ class LabelGain(BaseModel):
     label: str = Field(description="The recompute label (or 'full: <method> x <n>') added at this step.")
     gib_saved: float = Field(description="GiB this step removed from the peak rank.")
     peak_gib: float = Field(description="Peak after this step.")
-
-
-class NextStep(BaseModel):
-    action: str = Field(description="What to change, in the order to try it.")
-    settings: dict[str, Any] = Field(description="Request fields to set.")
-    gib_saved: float = Field(description="GiB this change removes from the peak (on top of the recompute).")
-    peak_gib: float = Field(description="Peak with this change.")
-    fits: bool = Field(description="Whether the peak then fits the GPU.")
-    note: str = Field(description="What the change costs or needs.")
 
 
 class PickRecomputeResult(BaseModel):
@@ -129,21 +113,35 @@ class PickRecomputeResult(BaseModel):
 
 
 class Trial:
-    """One candidate configuration: its context, estimated peak (bytes) and whether Megatron accepts it."""
+    """One candidate configuration: its context, estimated peak (bytes) and whether Megatron accepts it (the
+    rules and the memory model run when first asked for)."""
 
     def __init__(self, base: dict[str, Any], changes: dict[str, Any], model, gpu, baseline_errors: set[str]):
-        self.changes = changes
+        self.changes, self.baseline_errors = changes, baseline_errors
         self.cfg = TrainingConfig(**{**base, **changes})
         self.ctx = Context(cfg=self.cfg, model=model, gpu=gpu)
-        found = run(self.ctx, PICK_FAMILIES)
-        self.new_errors = [f for f in errors(found) if f.code not in baseline_errors]
+
+    @cached_property
+    def new_errors(self) -> list[Finding]:
+        return [f for f in errors(run(self.ctx, PICK_FAMILIES)) if f.code not in self.baseline_errors]
+
+    @cached_property
+    def rank_totals(self) -> list[float]:
         mm = memory_model(self.ctx) if not self.new_errors else None
-        self.peak = mm.peak_rank.total if mm is not None else math.inf
-        self.rank_totals = [r.total for r in mm.ranks] if mm is not None else []
+        return [r.total for r in mm.ranks] if mm is not None else []
+
+    @property
+    def peak(self) -> float:
+        return max(self.rank_totals, default=math.inf)
 
     @property
     def accepted(self) -> bool:
         return not self.new_errors
+
+    @cached_property
+    def recompute_s(self) -> float:
+        """Seconds per step its recompute adds (the step-time model's recompute term)."""
+        return step_time(self.ctx).terms.get("recompute", 0.0)
 
 
 def _selective(labels: list[str]) -> dict[str, Any]:
@@ -229,7 +227,7 @@ class Picker:
 
     def cost(self, trial: Trial) -> float:
         """Seconds per step the recompute of ``trial`` adds (the step-time model's recompute term)."""
-        return step_time(trial.ctx).terms.get("recompute", 0.0)
+        return trial.recompute_s
 
     def selective(self, start: Trial) -> Trial:
         """The cheapest set of labels (by the step time's recompute term) whose peak fits the budget.
@@ -289,8 +287,8 @@ class Picker:
             combo = min(cheaper, key=lambda x: x[1])[2]  # of the cheaper sets, the one saving the most
             out.append(self._alternative("cheaper", self.labels_trial(combo)))
         for _, _, combo in sorted((x for x in self.sets if x[2] != labels), key=lambda x: x[0]):
-            trial = self.labels_trial(combo)
-            if trial.accepted and trial.peak < best.peak - MIN_SAVING and self.cost(trial) >= chosen_cost:
+            trial = self.labels_trial(combo)  # its cost first: a cheaper set needs no memory model
+            if self.cost(trial) >= chosen_cost and trial.accepted and trial.peak < best.peak - MIN_SAVING:
                 out.append(self._alternative("safer", trial))
                 break
         else:  # no selective set leaves less: full recompute is the safer choice
@@ -359,130 +357,6 @@ class Picker:
                 if full is not None and full.peak < best.peak:
                     best = full
         return best
-
-
-# --------------------------------------------------------------------------- next steps
-
-
-def _with_world(
-    ctx: Context, changes: dict[str, Any], factor_dense: int, factor_expert: int
-) -> dict[str, Any]:
-    """Keep the world when DP and EDP can absorb a larger model-parallel size, else grow the job."""
-    lay = ctx.layout
-    if (lay.dp or 0) % factor_dense == 0 and (lay.edp or 0) % factor_expert == 0:
-        return changes
-    grow = max(factor_dense, factor_expert)
-    return {**changes, "num_gpus": ctx.cfg.num_gpus * grow}
-
-
-def _offload_step(picker: Picker, best: Trial) -> NextStep | None:
-    c = best.cfg
-    if c.optimizer_cpu_offload_fraction >= 1.0:
-        return None
-    full = picker.trial(
-        {**best.changes, "optimizer_cpu_offload_fraction": 1.0, "use_precision_aware_optimizer": True}
-    )
-    if not full.accepted:
-        return None
-    half = picker.trial(
-        {**best.changes, "optimizer_cpu_offload_fraction": 0.5, "use_precision_aware_optimizer": True}
-    )
-    fraction = 1.0
-    if half.accepted and full.peak <= picker.usable:
-        per_unit = 2 * (half.peak - full.peak)  # GPU optimizer bytes scale with (1 - fraction)
-        need = (full.peak + per_unit - picker.usable) / per_unit if per_unit > 0 else 0.0
-        fraction = min(1.0, max(OFFLOAD_STEP, math.ceil(need / OFFLOAD_STEP) * OFFLOAD_STEP))
-    chosen = (
-        full
-        if fraction == 1.0
-        else picker.trial(
-            {
-                **best.changes,
-                "optimizer_cpu_offload_fraction": fraction,
-                "use_precision_aware_optimizer": True,
-            }
-        )
-    )
-    return _step(
-        picker,
-        best,
-        "optimizer CPU offload",
-        {"optimizer_cpu_offload_fraction": fraction, "use_precision_aware_optimizer": True},
-        chosen,
-        "moves FP32 master weights and Adam moments to the CPU (Megatron-LM needs the precision-aware "
-        "optimizer); costs host memory and PCIe time in the optimizer step",
-    )
-
-
-def _step(
-    picker: Picker, best: Trial, action: str, settings: dict[str, Any], trial: Trial, note: str
-) -> NextStep:
-    return NextStep(
-        action=action,
-        settings=settings,
-        gib_saved=round((best.peak - trial.peak) / GIB, 3),
-        peak_gib=round(trial.peak / GIB, 3),
-        fits=picker.fits(trial),
-        note=note,
-    )
-
-
-def _parallel_step(picker: Picker, best: Trial, key: str, note: str) -> NextStep | None:
-    ctx = best.ctx
-    value = getattr(ctx.cfg, key) * 2
-    expert_factor = 2 if key == "pp" else 1
-    settings = _with_world(ctx, {key: value}, 2, expert_factor)
-    if key == "tp" and ctx.cfg.sequence_parallel is False:
-        settings["sequence_parallel"] = True
-    if key == "pp":
-        split = _pp_split(ctx, value)
-        if split is None:
-            return None
-        settings.update(split)
-    trial = picker.trial({**best.changes, **settings})
-    if not trial.accepted:
-        return None
-    if "num_gpus" in settings:
-        note += f"; needs {settings['num_gpus']} GPUs (DP/EDP cannot absorb it)"
-    changed = {k: v for k, v in settings.items() if getattr(ctx.cfg, k) != v}
-    return _step(picker, best, f"{key.upper()} {getattr(ctx.cfg, key)} -> {value}", changed, trial, note)
-
-
-def _pp_split(ctx: Context, pp: int) -> dict[str, Any] | None:
-    """Split settings for a larger PP: the current VPP if the layers allow it, else fewer virtual stages."""
-    vpp = ctx.vpp or 1
-    for v in sorted({vpp, *(d for d in range(1, vpp) if vpp % d == 0)}, reverse=True):
-        proposals = propose_splits(ctx.model.num_layers, pp, v if v > 1 else None, ctx.mtp_layers, limit=1)
-        if proposals:
-            return {**SPLIT_CLEARED, "vpp": v if v > 1 else None, **proposals[0].settings}
-    return None
-
-
-def next_steps(picker: Picker, best: Trial) -> list[NextStep]:
-    steps = [
-        _offload_step(picker, best),
-        _parallel_step(
-            picker, best, "cp", "halves the tokens (and activations) per rank; more CP communication"
-        ),
-        _parallel_step(
-            picker, best, "tp", "halves weights and activations per rank; TP should stay in the NVLink domain"
-        ),
-        _parallel_step(picker, best, "pp", "halves the layers per rank; more pipeline stages and bubble"),
-    ]
-    if best.cfg.mbs > 1:
-        trial = picker.trial({**best.changes, "mbs": best.cfg.mbs // 2})
-        if trial.accepted:
-            steps.append(
-                _step(
-                    picker,
-                    best,
-                    f"MBS {best.cfg.mbs} -> {best.cfg.mbs // 2}",
-                    {"mbs": best.cfg.mbs // 2},
-                    trial,
-                    "halves the activations of each microbatch; more microbatches per step",
-                )
-            )
-    return [s for s in steps if s is not None]
 
 
 # --------------------------------------------------------------------------- overrides
