@@ -100,7 +100,7 @@ def test_a_candidates_bounds_are_below_its_plan(job):
             continue
         plans += 1
         t = ps.seconds_per_token(e.step)
-        levels = [fraction for fraction, _ in cb.levels]
+        levels = cb.fractions
         refined = cb.refine(lambda i, c=cand, f=levels: surely_fits(c, model, gpu, req, base, f[i], {}))
         assert floor <= t and cand.bound_s <= t and cb.bound() <= t and refined <= t, cand
         assert e.cfg.optimizer_cpu_offload_fraction not in cb.impossible_levels()

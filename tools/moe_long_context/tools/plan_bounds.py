@@ -38,6 +38,7 @@ from ..engine.schedule import in_flight_states
 from ..engine.step_time import (
     Recompute,
     StepTime,
+    _params_per_rank,
     kind_counts,
     offloaded_state,
     rank_layers,
@@ -296,17 +297,21 @@ def _stage_sums(st: StepTime) -> list[float]:
     return [sum(v for k, v in terms.items() if ":" not in k) for terms in st.stage_terms]
 
 
-def stage_syncs(ctx: Context) -> list[float]:
-    """DP sync and optimizer step (no offload) of each PP stage, were it the busiest."""
-    return [sum(sync_seconds(ctx, layers, 0.0)) for layers in rank_layers(ctx.split.split)]
+def least_sync(ctx: Context) -> float:
+    """The least DP sync and optimizer step (no offload) of any PP stage, were it the busiest. Both grow with a
+    stage's dense and expert parameters, so only stages no other holds fewer of both can be the least."""
+    stages = [(_params_per_rank(ctx, layers), layers) for layers in rank_layers(ctx.split.split)]
+    pareto = [layers for (d, e), layers in stages if not any(d2 <= d and e2 <= e and (d2, e2) != (d, e)
+                                                            for (d2, e2), _ in stages)]  # fmt: skip
+    return min(sum(sync_seconds(ctx, layers, 0.0)) for layers in pareto)
 
 
-def cheap_floor(ctx: Context) -> tuple[float, StepTime]:
+def cheap_floor(ctx: Context, none: StepTime | None = None) -> tuple[float, StepTime]:
     """Seconds per token no plan of this candidate goes below, whatever its recompute and offload (recompute
     only adds to each stage's time, offload only to the optimizer step, and the DP sync and optimizer step are
     at least the least of any stage's), and its step time with neither."""
-    none = step_time(ctx, Recompute(), 0.0)
-    floor = (none.pipeline_factor * max(_stage_sums(none)) + min(stage_syncs(ctx))) / none.tokens_per_step
+    none = none or step_time(ctx, Recompute(), 0.0)
+    floor = (none.pipeline_factor * max(_stage_sums(none)) + least_sync(ctx)) / none.tokens_per_step
     return floor * (1 - TIE), none
 
 
@@ -337,14 +342,16 @@ class CandidateBound:
     least DP sync and optimizer step of any stage: it never falls as labels or block layers are added, so a
     level is bounded by its fastest minimal label sets that could fit, and the fewest block layers that could."""
 
-    def __init__(self, ctx: Context, labels: tuple[str, ...], budget: float, offload_ctxs: list[Context],
-                 floor: tuple[float, StepTime], key: tuple):  # fmt: skip
+    def __init__(self, ctx: Context, labels: tuple[str, ...], budget: float,
+                 offload_ctx: Callable[[float], Context] | None, floor: tuple[float, StepTime], key: tuple):  # fmt: skip
         self.ctx, self.labels, self.budget = ctx, labels, budget
         self.floor, self.none = floor
         self.sh = shard_of(ctx)
         self.table = kind_table(ctx, labels, key)
         self.ranks = rank_bounds(ctx, self.table)
-        self.levels = [(0.0, ctx), *zip(OFFLOAD_LEVELS, offload_ctxs, strict=False)]
+        self.fractions = (0.0, *OFFLOAD_LEVELS) if offload_ctx is not None else (0.0,)
+        self._offload_ctx = offload_ctx
+        self._level_ctx: dict[int, Context] = {0: ctx}
         self.every = (1 << len(labels)) - 1
         split = ctx.split.split
         self.chunk = max(s.decoders for row in split.stages for s in row) or 1
@@ -355,6 +362,17 @@ class CandidateBound:
         self._offload: dict[int, float] = {}
         self._seconds: dict[Option, float] = {}
         self._stages: tuple | None = None
+        self._held: dict[tuple, float] = {}
+
+    def level(self, i: int) -> tuple[float, Context]:
+        """(offload fraction, the candidate configured with it) of level ``i``; made when first needed."""
+        if i not in self._level_ctx:
+            self._level_ctx[i] = self._offload_ctx(self.fractions[i])
+        return self.fractions[i], self._level_ctx[i]
+
+    @property
+    def levels(self) -> list[tuple[float, Context]]:
+        return [self.level(i) for i in range(len(self.fractions))]
 
     # ----------------------------------------------------------------- memory
 
@@ -368,7 +386,7 @@ class CandidateBound:
             need = needs[i]
             r = self.ranks[i]
             if need is None:
-                static = static_bytes(self.ctx, self.levels[level], r, self.table, self.sh)
+                static = static_bytes(self.ctx, self.level(level), r, self.table, self.sh)
                 need = needs[i] = static + r.none - self.budget
             yield need, r
 
@@ -387,14 +405,26 @@ class CandidateBound:
         m = option.mask
         if not m:
             return need
-        t = self.table
-        freed = sum(n * t.freed(k, m) for k, n in r.weights.items())
-        return need - freed + max((t.replayed(k, m) for k in r.last), default=0.0)
+        key = (id(r), m)
+        slack = self._held.get(key)  # what the labels free less what they replay: the same at every level
+        if slack is None:
+            t = self.table
+            freed = sum(n * t.freed(k, m) for k, n in r.weights.items())
+            slack = self._held[key] = freed - max((t.replayed(k, m) for k in r.last), default=0.0)
+        return need - slack
 
     def _full_activations(self, r: RankBound, block: int, relaxed: bool = False) -> float:
         """Activations and replay of full recompute on rank ``r``: uniform x 1 (block 0) keeps every layer
         input and replays one layer at a time; block n keeps the first n layers' inputs and all the rest, and
-        replays the largest of those n (``relaxed``: the first of them, which makes it shrink as n grows)."""
+        replays the largest of those n (``relaxed``: the first of them, which makes it shrink as n grows). The
+        same at every offload level, so kept per rank."""
+        key = (id(r), -1 - block, relaxed)
+        found = self._held.get(key)
+        if found is None:
+            found = self._held[key] = self._full_bytes(r, block, relaxed)
+        return found
+
+    def _full_bytes(self, r: RankBound, block: int, relaxed: bool) -> float:
         t = self.table
         if not block:
             inputs = [ch[3] for ch in r.chunks]
@@ -414,7 +444,7 @@ class CandidateBound:
 
     def impossible_levels(self) -> frozenset[float]:
         """Offload fractions (0: none) at which no option fits even by its memory lower bound."""
-        return frozenset(f for i, (f, _) in enumerate(self.levels) if not self.level_possible(i))
+        return frozenset(f for i, f in enumerate(self.fractions) if not self.level_possible(i))
 
     # ----------------------------------------------------------------- time
 
@@ -427,7 +457,7 @@ class CandidateBound:
             counts = [kind_counts(ctx.model, layers) for layers in rank_layers(ctx.split.split)]
             per_label = {x: [sum(n * replay[x][k] for k, n in kc) for kc in counts] for x in self.labels}
             whole = [sum(n * full[k] for k, n in kc) for kc in counts]
-            self._stages = (_stage_sums(self.none), per_label, whole, min(stage_syncs(ctx)))
+            self._stages = (_stage_sums(self.none), per_label, whole, least_sync(ctx))
         return self._stages
 
     def seconds(self, option: Option) -> float:
@@ -452,7 +482,7 @@ class CandidateBound:
     def offload_seconds(self, level: int) -> float:
         """Seconds per token optimizer offload at this level adds (the host's Adam step)."""
         if level not in self._offload:
-            fraction, ctx = self.levels[level]
+            fraction, ctx = self.level(level)
             extra = 0.0
             if fraction:
                 layers = rank_layers(self.ctx.split.split)[0]
@@ -538,7 +568,7 @@ class CandidateBound:
         """Seconds per token no plan of this candidate goes below (inf: none can fit at any level); exact in
         the sense of ``level_bound`` below ``cap``."""
         best = math.inf
-        for i in range(len(self.levels)):
+        for i in range(len(self.fractions)):
             if self.floor >= best:  # no level is faster than the floor
                 break
             best = min(best, self.level_bound(i, cap))
@@ -547,7 +577,7 @@ class CandidateBound:
     def refine(self, surely_fits: Callable[[int], bool], cap: float = math.inf) -> float:
         """``bound`` where a level that surely fits (``surely_fits(level)``: pick_recompute's own trials say no
         recompute or full uniform recompute fits there) ends the levels evaluate can reach."""
-        best, n = math.inf, len(self.levels)
+        best, n = math.inf, len(self.fractions)
         for level in range(n):
             best = min(best, self.level_bound(level, cap))
             if (

@@ -90,7 +90,7 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     # its memory adds, then that bound once the offload levels evaluate cannot reach are known (plan_bounds.py);
     # only then a candidate is evaluated in full. The search ends when the best bound left can neither beat the
     # N-th plan found nor the published layout: the plans are then the best the model has.
-    heap: list = [(floor, i, 0, (members, ctx)) for i, (floor, members, ctx) in enumerate(floors)]
+    heap: list = [(floor, i, 0, (members, known)) for i, (floor, members, known) in enumerate(floors)]
     heapq.heapify(heap)
     tie = len(heap)
     found: list[Evaluated] = []
@@ -104,17 +104,17 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             heapq.heappush(heap, (bound, -1, stage, payload))
             break
         if stage == 0:
-            members, ctx = payload
-            if layout_fits_nowhere(ctx, req):
+            members, known = payload
+            if layout_fits_nowhere(known[1], req):
                 _count(
                     excluded,
                     "memory: over the budget even with full recompute and optimizer offload",
                     len(members),
                 )
                 continue
-            for cand, ctx, known in cheap_bounds(members, model, gpu, req, base, excluded):
+            for cand, ctx, floor in cheap_bounds(members, model, gpu, req, base, excluded, known):
                 tie += 1
-                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx, known)))
+                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx, floor)))
             continue
         cand, ctx, cb = payload
         layout = (cand.tp, cand.cp, cand.pp, cand.ep, cand.mbs)
@@ -204,7 +204,7 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
 
 
 def _surely_fits(cand, model, gpu, req, base, cb, pickers, level: int) -> bool:
-    return surely_fits(cand, model, gpu, req, base, cb.levels[level][0], pickers)
+    return surely_fits(cand, model, gpu, req, base, cb.fractions[level], pickers)
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:

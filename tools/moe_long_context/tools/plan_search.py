@@ -5,6 +5,7 @@ plan_bounds.py adds memory to a candidate's bound before it is evaluated in full
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..engine.config import TrainingConfig
@@ -14,7 +15,7 @@ from ..engine.rules.cp import shard_target
 from ..engine.rules.providers import max_tp
 from ..engine.step_time import Recompute, step_time
 from ..memory.terms import GIB
-from ..model.params import model_params
+from ..model.params import model_params, spec_cache
 from ..model.specs import GpuSpec, ModelSpec
 from .plan_bounds import OFFLOAD_LEVELS, TIE, CandidateBound, cheap_floor, layout_cannot_fit, settings_key
 from .plan_models import PlanLayoutRequest
@@ -144,7 +145,11 @@ def enumerate_candidates(
 
 def _settings(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict) -> dict:
     """The engine fields of a candidate before recompute and offload are chosen."""
-    comm, hierarchy, _ = comm_type_for(model, gpu, cand.tp, cand.cp)
+    comms = spec_cache(model).setdefault("plan_comm_types", {})
+    key = (gpu.id, cand.tp, cand.cp)
+    if key not in comms:
+        comms[key] = comm_type_for(model, gpu, cand.tp, cand.cp)
+    comm, hierarchy, _ = comms[key]
     settings = {
         **base,
         "tp": cand.tp,
@@ -213,7 +218,7 @@ def layout_floors(
             )
             if ctx.split.split is not None and ctx.num_microbatches is not None:
                 st = step_time(ctx, Recompute(), 0.0)
-                out.append((st.balanced_s / st.tokens_per_step * (1 - TIE), members, ctx))
+                out.append((st.balanced_s / st.tokens_per_step * (1 - TIE), members, (cand, ctx, st)))
                 break
         else:
             _skip(excluded, "pipeline: no split of the layers over this PP", len(members))
@@ -225,18 +230,22 @@ def _skip(excluded: dict[str, int], reason: str, n: int = 1) -> None:
 
 
 def cheap_bounds(
-    cands: list[Candidate], model, gpu, req, base, excluded
+    cands: list[Candidate], model, gpu, req, base, excluded, known: tuple = (None, None, None)
 ) -> list[tuple[Candidate, Context, Any]]:
     """Candidates with a split and whole microbatches, each with the seconds per token no plan of it goes
-    below and its step time before recompute and offload (plan_bounds.cheap_floor)."""
+    below and its step time before recompute and offload (plan_bounds.cheap_floor); ``known`` is a member's
+    (candidate, context, step time) layout_floors already has."""
     out = []
     for cand in cands:
         settings = _settings(cand, model, gpu, req, base)
-        ctx = Context(cfg=_bound_config(settings, base), model=model, gpu=gpu)
+        if cand == known[0]:
+            ctx = known[1]
+        else:
+            ctx = Context(cfg=_bound_config(settings, base), model=model, gpu=gpu)
         if ctx.split.split is None or ctx.num_microbatches is None:
             _skip(excluded, "pipeline: no split of the layers over this PP")
             continue
-        floor, none = cheap_floor(ctx)
+        floor, none = cheap_floor(ctx, known[2] if cand == known[0] else None)
         out.append((Candidate(**{**cand.__dict__, "bound_s": floor}), ctx, (none, settings_key(settings))))
     return out
 
@@ -249,6 +258,11 @@ def offload_contexts(ctx: Context, req: PlanLayoutRequest) -> list[Context]:
         Context(cfg=ctx.cfg.model_copy(update=offload_settings(f)), model=ctx.model, gpu=ctx.gpu)
         for f in OFFLOAD_LEVELS
     ]
+
+
+def offload_context(ctx: Context, fraction: float) -> Context:
+    """The candidate with this optimizer-offload fraction, as evaluate sets it."""
+    return Context(cfg=ctx.cfg.model_copy(update=offload_settings(fraction)), model=ctx.model, gpu=ctx.gpu)
 
 
 def offload_settings(fraction: float) -> dict:
@@ -267,4 +281,5 @@ def candidate_bound(ctx: Context, req: PlanLayoutRequest, floor: float, known: t
 
     none, key = known
     labels = tuple(_applicable(ctx))
-    return CandidateBound(ctx, labels, budget(ctx.gpu, req), offload_contexts(ctx, req), (floor, none), key)
+    offload = partial(offload_context, ctx) if req.allow_optimizer_offload else None
+    return CandidateBound(ctx, labels, budget(ctx.gpu, req), offload, (floor, none), key)
