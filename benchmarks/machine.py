@@ -58,13 +58,13 @@ def reference_cpu_s(repeat: int = 5) -> float:
 
 
 def cpu_ratio(fn, repeat: int) -> tuple[float, float]:
-    """(median CPU seconds of ``fn()``, median of its ratio to the reference work run just before it) over
+    """(median CPU seconds of ``fn()``, median of its ratio to the reference measured just before it) over
     ``repeat`` calls, after one call that warms the caches. Pairing each call with a reference run keeps the
     ratio meaningful when the machine's speed drifts during the benchmark."""
     fn()
     runs, ratios = [], []
     for _ in range(repeat):
-        reference = reference_cpu_s(1)
+        reference = reference_cpu_s(3)
         started = time.process_time()
         fn()
         runs.append(time.process_time() - started)

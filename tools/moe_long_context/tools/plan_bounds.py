@@ -285,7 +285,7 @@ def layout_cannot_fit(ctx: Context, budget: float, offload_ctxs: list[Context]) 
     sets = [first[:n] + other[: need - n] for n in range(len(first) + 1) if 0 <= need - n <= len(other)]
     sh = shard_of(ctx)
     rest = sum(t.bytes for t in buffer_terms(ctx, sh, [], 0.0)) + overhead_gib(ctx) * GIB
-    for level_ctx in (ctx, *offload_ctxs):
+    for level_ctx in (*reversed(offload_ctxs), ctx):  # most offloaded first: it usually decides
         for chosen in sets:
             params = rank_params(level_ctx, chosen, 0, False, False)
             if sum(t.bytes for t in static_terms(level_ctx, params)) + rest <= budget:
