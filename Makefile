@@ -44,7 +44,7 @@ RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name
 	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
 	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
-.PHONY: run test fuzz check-node lint clean conformance evals evals-check
+.PHONY: run test fuzz check-node lint clean conformance evals evals-check bench-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,11 @@ evals-check: $(VENV)/.dev-installed
 	$(BIN)/moe-lc eval build --check
 	@$(if $(RECORDED),,echo "$(CALIBRATION) not found: the recorded run is not checked")
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(EVALS_RUN) $(RECORDED) --check-against evals/benchmark.json
+
+# Speed: benchmark ratios (CPU over a reference measured in the same run) against benchmarks/baseline.json; fails
+# when one is more than twice its baseline or a plan stops being optimal (about half a minute).
+bench-check: $(VENV)/.dev-installed
+	$(BIN)/python -m benchmarks.check
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check --fix $(PY_DIRS)

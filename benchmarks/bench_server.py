@@ -8,7 +8,10 @@ of this server's own imports and catalogs over what any Python MCP server pays. 
 session, a warm-up, then ``--calls`` sequential calls per tool, each timed from request to result in the
 SDK client. Each tool gets the arguments of the representative DeepSeek-V3 128K layout that it accepts.
 
-Run: python benchmarks/bench_server.py [--calls 1000] [--starts 10] [--json out.json]
+Every p50 is also given as a ratio to the reference work of benchmarks/machine.py, measured in this process before
+the calls, and the report names the machine.
+
+Run: python -m benchmarks.bench_server [--calls 1000] [--starts 10] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 import time
 
 import anyio
+from benchmarks.machine import describe, machine, reference_cpu_s
 from mcp import Client, StdioServerParameters
 
 from moe_long_context.dialects.overrides import bridge_override_list
@@ -104,7 +108,10 @@ async def measure(calls: int, starts: int) -> dict:
     for _ in range(starts):  # interleaved, so both see the same machine load
         starts_s.append(await cold_start(SERVER))
         baseline_s.append(await cold_start(BASELINE))
+    reference = reference_cpu_s()
     report = {
+        "machine": machine(),
+        "reference_ms": round(reference * 1e3, 2),
         "cold_start_ms": {
             "median": statistics.median(starts_s) * 1e3,
             "max": max(starts_s) * 1e3,
@@ -119,19 +126,21 @@ async def measure(calls: int, starts: int) -> dict:
             "p50": percentile(samples, 0.50) * 1e3,
             "p99": percentile(samples, 0.99) * 1e3,
             "calls": len(samples),
+            "p50_ratio": percentile(samples, 0.50) / reference,
         }
     return report
 
 
 def print_report(report: dict) -> None:
     cold = report["cold_start_ms"]
+    print(describe(report["machine"], report["reference_ms"] / 1e3))
     print(
         f"cold start (spawn to tools/list and a first size_cp), {cold['runs']} runs: median {cold['median']:.0f} ms, "
         f"max {cold['max']:.0f} ms; minimal mcp server {cold['baseline_median']:.0f} ms; ratio {cold['ratio']:.2f}"
     )
-    print(f"{'tool call over stdio':32} {'p50 ms':>8} {'p99 ms':>8} {'calls':>6}")
+    print(f"{'tool call over stdio':32} {'p50 ms':>8} {'p99 ms':>8} {'calls':>6} {'p50/ref':>8}")
     for name, row in report["tool_call_ms"].items():
-        print(f"{name:32} {row['p50']:8.2f} {row['p99']:8.2f} {row['calls']:6d}")
+        print(f"{name:32} {row['p50']:8.2f} {row['p99']:8.2f} {row['calls']:6d} {row['p50_ratio']:8.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -153,7 +153,7 @@ def kind(command: str) -> str:
         return words[1]  # serve, eval
     if words[0] == "make":
         return "make run" if words[1] == "run" else "make"
-    if "benchmarks/" in command:
+    if "benchmarks." in command:
         return "benchmark"
     return "install"
 
@@ -228,9 +228,9 @@ def test_readme_make_goal_exists(goal):
 
 
 BENCHMARKS = {
-    "benchmarks/estimate_memory.py": ["--repeat", "1", "--number", "2"],
-    "benchmarks/plan_layout.py": ["--repeat", "1"],
-    "benchmarks/bench_server.py": ["--calls", "2", "--starts", "1"],
+    "benchmarks.estimate_memory": ["--repeat", "2"],
+    "benchmarks.plan_layout": ["--repeat", "1", "--cold-runs", "1", "--cli-runs", "0"],
+    "benchmarks.bench_server": ["--calls", "2", "--starts", "1"],
 }
 
 
@@ -239,7 +239,11 @@ def test_readme_benchmarks_run(script):
     """As written, with small counts (their timings are the machine's, not the text's)."""
     assert any(script in c for c, _ in readme_commands())
     proc = subprocess.run(
-        [sys.executable, script, *BENCHMARKS[script]], cwd=ROOT, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", script, *BENCHMARKS[script]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0 and "ms" in proc.stdout, proc.stderr[-2000:]
 

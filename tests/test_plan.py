@@ -208,16 +208,14 @@ def test_the_published_layouts_rank_does_not_move_with_top_n():
     assert ranks[1] == ranks[5] and ranks[1] > 1
 
 
-def test_deepep_on_gb200_has_no_plan_and_says_which_rule(capsys):
-    """DeepEP does not run on GB200: every layout fails that rule; the published HybridEP layout is compared but
-    not offered as a plan of a DeepEP request, and the CLI exits 1 with the reason."""
-    from moe_long_context.cli import main
-
-    job = ["--model", "qwen3-235b-a22b", "--gpu", "gb200", "--num-gpus", "128", "--seq-len", "131072"]
-    assert main(["plan", *job, "--dispatcher", "flex-deepep"]) == 1
-    out = capsys.readouterr().out
-    assert "no plan: no candidate passes every rule and fits the budget (rule DISPATCHER_GPU: " in out
+def test_deepep_on_gb200_leaves_only_layouts_without_expert_parallelism():
+    """DeepEP does not run on GB200: every layout with EP > 1 fails that rule, so the exact search ends with
+    EP 1 layouts (no dispatcher runs); the published HybridEP layout is compared but not offered as a plan of a
+    DeepEP request, and it is faster than any of them."""
     r = plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, dispatcher="flex-deepep")
-    assert not r.valid and r.plans == [] and r.excluded["rule DISPATCHER_GPU"] == r.evaluated
+    assert r.valid and r.optimal and r.plans
+    assert all(p.settings.get("ep", 1) == 1 and "dispatcher" not in p.settings for p in r.plans)
+    assert r.excluded["rule DISPATCHER_GPU"] == r.evaluated - r.feasible
     (ref,) = r.references
     assert ref.fits and ref.rank is None and ref.settings["dispatcher"] == "flex-hybridep"
+    assert ref.tokens_per_s > r.plans[0].throughput.tokens_per_s

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError, check_nesting, too_deep
+from ..model.yaml_data import load_data_yaml
 from .bridge_keys import bridge_value_problem
 from .hydra import HydraValueError, hydra_value, parse_value
 from .shell import ShellSyntaxError, Word, split_words
@@ -52,7 +53,7 @@ LAUNCHER_SWITCHES = {"--standalone"}
 
 @cache
 def dialect_table() -> dict[str, Any]:
-    return yaml.safe_load(resources.files(__package__).joinpath("dialects.yaml").read_text())
+    return load_data_yaml(resources.files(__package__).joinpath("dialects.yaml").read_text())
 
 
 @cache

@@ -7,7 +7,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from ..model.yaml_data import load_data_yaml
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Default:
 
 @cache
 def _table() -> dict[str, Any]:
-    return yaml.safe_load(resources.files(__package__).joinpath("launcher_defaults.yaml").read_text())
+    return load_data_yaml(resources.files(__package__).joinpath("launcher_defaults.yaml").read_text())
 
 
 def unset_value(field: str, launcher: str, family: str) -> Default:

@@ -10,9 +10,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..model.yaml_data import load_data_yaml
 from .config import TrainingConfig
 
 
@@ -59,7 +59,7 @@ class RepresentativeLayout(BaseModel):
 
 @cache
 def _layouts_file() -> dict[str, Any]:
-    return yaml.safe_load(resources.files(__package__).joinpath("layouts.yaml").read_text())
+    return load_data_yaml(resources.files(__package__).joinpath("layouts.yaml").read_text())
 
 
 @cache
@@ -72,7 +72,7 @@ def representative_layouts() -> tuple[RepresentativeLayout, ...]:
 def nemotron3_recipes() -> tuple[RepresentativeLayout, ...]:
     """Every Nemotron 3 Super / Ultra / 3.5 Lightning recipe function of Megatron Bridge 0.6.2, as shipped
     (``engine/recipes_nemotron3.yaml``)."""
-    data = yaml.safe_load(resources.files(__package__).joinpath("recipes_nemotron3.yaml").read_text())
+    data = load_data_yaml(resources.files(__package__).joinpath("recipes_nemotron3.yaml").read_text())
     return tuple(RepresentativeLayout(**entry) for entry in data["recipes"])
 
 

@@ -13,6 +13,7 @@ factor on the first rank when every chunk is the same size.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 
 def warmup_forwards(pp: int, rank: int, vpp: int, microbatches: int, extra: int = 0) -> int:
@@ -40,13 +41,28 @@ def peak_in_flight(
 ) -> tuple[float, list[int]]:
     """The largest activation total a rank holds, and the microbatches held per chunk at that moment.
 
-    ``chunk_bytes[v]`` is one microbatch's activation memory for model chunk ``v`` of this rank.
+    ``chunk_bytes[v]`` is one microbatch's activation memory for model chunk ``v`` of this rank. The first
+    state of the schedule that holds the most wins a tie, as a walk through the schedule would find it.
     """
+    best, best_counts = -1.0, None
+    for counts in in_flight_states(pp, rank, vpp, microbatches, ep_overlap):
+        held = sum(c * b for c, b in zip(counts, chunk_bytes, strict=True))
+        if held > best:
+            best, best_counts = held, counts
+    return best, list(best_counts)
+
+
+@lru_cache(maxsize=4096)
+def in_flight_states(
+    pp: int, rank: int, vpp: int, microbatches: int, ep_overlap: bool = False
+) -> tuple[tuple[int, ...], ...]:
+    """Every distinct count of microbatches held per chunk the schedule passes through, in the order it first
+    reaches them (after the warmup forwards, then after each steady-state forward). Whatever the chunk sizes,
+    the memory peak is at one of these states, so a rank's peak is the largest of a few dot products."""
     m = max(microbatches, 1)
     if pp == 1 or vpp == 1:
         held = 1 if pp == 1 else min(pp - rank, m)
-        counts = [held] * vpp
-        return sum(c * b for c, b in zip(counts, chunk_bytes, strict=True)), counts
+        return ((held,) * vpp,)
     # The steady state repeats every group of PP microbatches, so three groups reproduce the peak exactly.
     m_sim = m if m <= 3 * pp else 3 * pp
     table = _schedule_table(m_sim, vpp, pp)
@@ -55,12 +71,9 @@ def peak_in_flight(
     counts = [0] * vpp
     for k in range(warmup):
         counts[table[k]] += 1
-    best = sum(c * b for c, b in zip(counts, chunk_bytes, strict=True))
-    best_counts = list(counts)
+    states = {tuple(counts): None}
     for i in range(total - warmup):
         counts[table[warmup + i]] += 1  # forward warmup + i ...
-        held = sum(c * b for c, b in zip(counts, chunk_bytes, strict=True))
-        if held > best:
-            best, best_counts = held, list(counts)
+        states.setdefault(tuple(counts))
         counts[vpp - 1 - table[i]] -= 1  # ... then backward i, chunks in reverse order
-    return best, best_counts
+    return tuple(states)

@@ -155,6 +155,12 @@ class StepTime:
     balanced_s: float = (
         0.0  # the pipeline time with no bubble and perfectly even stages: a floor for any split
     )
+    # Per PP stage, one microbatch: seconds by term ("recompute:<label>" for each label's replay). The busiest
+    # stage's sum times pipeline_factor is the pipeline time; the planner bounds other recompute settings with it.
+    stage_terms: tuple[dict[str, float], ...] = ()
+    # Per layer kind (attention type, MoE?), one layer and one microbatch: seconds by term (read only).
+    layer_terms: dict[tuple[str, bool], dict[str, float]] = field(default_factory=dict)
+    pipeline_factor: float = 0.0  # microbatches + (PP - 1) / VPP
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -413,19 +419,7 @@ def step_time(
     bubble = (c.pp - 1) / vpp if c.pp > 1 else 0.0
     pipeline_s = t_mb * (microbatches + bubble)
 
-    # Data-parallel sync and optimizer, per step.
-    dense_params, expert_params = _params_per_rank(ctx, layer_ranges[busiest])
-    dp_group = (lay.dp or 1) * c.cp
-    dp_s = 0.0
-    if dp_group > 1:
-        dp_s += 2 * dense_params * 4 * (dp_group - 1) / dp_group / _group_bandwidth(gpu, dp_group, c.tp)
-    edp = lay.edp or 1
-    if edp > 1:
-        dp_s += 2 * expert_params * 4 * (edp - 1) / edp / _group_bandwidth(gpu, edp, lay.ep * lay.etp)
-    dp_s *= DP_EXPOSED
-    state_bytes = 16 * (dense_params / max(dp_group, 1) + expert_params / max(edp, 1))
-    optimizer_s = 2 * state_bytes / hbm + offloaded_state_bytes / CPU_ADAM_BYTES_PER_S
-
+    dp_s, optimizer_s = sync_seconds(ctx, layer_ranges[busiest], offloaded_state_bytes)
     step = pipeline_s + dp_s + optimizer_s
     tokens_step = (ctx.gbs or c.mbs * (lay.dp or 1)) * seq
     flops = model_flops_per_token(m, seq, ctx.mtp_layers) * tokens_step
@@ -445,11 +439,32 @@ def step_time(
         mfu_denominator_tflops=mfu_denominator(gpu),
         bubble_fraction=bubble * t_mb / step if step else 0.0,
         balanced_s=sum(stage_times) / c.pp * microbatches,
+        stage_terms=tuple(stage_terms),
+        layer_terms=kinds,
+        pipeline_factor=microbatches + bubble,
     )
     out.terms["pipeline_bubble"] = bubble * t_mb
     out.terms["dp_sync"] = dp_s
     out.terms["optimizer"] = optimizer_s
     return out
+
+
+def sync_seconds(ctx: Context, layers, offloaded_state_bytes: float) -> tuple[float, float]:
+    """(DP sync, optimizer step) seconds per step when the PP stage holding ``layers`` is the busiest: the
+    exposed gradient reduce-scatter and parameter all-gather, and the optimizer's pass over its state."""
+    c, lay, gpu = ctx.cfg, ctx.layout, ctx.gpu
+    dense_params, expert_params = _params_per_rank(ctx, layers)
+    dp_group = (lay.dp or 1) * c.cp
+    dp_s = 0.0
+    if dp_group > 1:
+        dp_s += 2 * dense_params * 4 * (dp_group - 1) / dp_group / _group_bandwidth(gpu, dp_group, c.tp)
+    edp = lay.edp or 1
+    if edp > 1:
+        dp_s += 2 * expert_params * 4 * (edp - 1) / edp / _group_bandwidth(gpu, edp, lay.ep * lay.etp)
+    dp_s *= DP_EXPOSED
+    state_bytes = 16 * (dense_params / max(dp_group, 1) + expert_params / max(edp, 1))
+    hbm = gpu.hbm_bandwidth_tbps * 1e12
+    return dp_s, 2 * state_bytes / hbm + offloaded_state_bytes / CPU_ADAM_BYTES_PER_S
 
 
 _RANK_LAYERS: dict[int, tuple[PipelineSplit, tuple[tuple[int, ...], ...]]] = {}

@@ -90,11 +90,24 @@ def _full_recompute_kept(ctx: Context, inventories: list[list[Saved]], offload: 
 
 
 class InventoryCache:
-    """Layer inventories by (attention type, MoE or dense): a model has only a few distinct layer kinds."""
+    """Layer inventories by (attention type, MoE or dense): a model has only a few distinct layer kinds; and
+    chunk activations by the kinds of their layers, which most chunks of a split share."""
 
     def __init__(self, ctx: Context, sh: Shard):
         self.ctx, self.sh = ctx, sh
         self._by_kind: dict[tuple[str, bool], list[Saved]] = {}
+        self._chunks: dict[tuple, ChunkActivations] = {}
+
+    def chunk(self, layers: list[int], mtp: int, embedding: bool, loss: bool) -> ChunkActivations:
+        """chunk_activations of these layers, computed once per sequence of layer kinds and stage role."""
+        types, moe = self.ctx.model.attention_layer_types, self.ctx.model.moe_layers
+        key = (tuple([(types[i], moe[i]) for i in layers]), mtp, embedding, loss)
+        found = self._chunks.get(key)
+        if found is None:
+            found = self._chunks[key] = chunk_activations(
+                self.ctx, self.sh, layers, mtp, embedding, loss, self
+            )
+        return found
 
     def __call__(self, index: int) -> list[Saved]:
         m = self.ctx.model
@@ -183,10 +196,7 @@ def rank_memory(
     mem = RankMemory(rank, layers, mtp, has_e, has_l, [])
     mem.terms += static_terms(ctx, rank_params(ctx, layers, mtp, has_e, has_l))
 
-    chunks = [
-        chunk_activations(ctx, sh, layers_by_stage[rank][v], s.mtp, s.embedding, s.loss, cache)
-        for v, s in enumerate(stages)
-    ]
+    chunks = [cache.chunk(layers_by_stage[rank][v], s.mtp, s.embedding, s.loss) for v, s in enumerate(stages)]
     held, counts = peak_in_flight(
         c.pp, rank, split.vpp, ctx.num_microbatches or c.pp, [ch.kept for ch in chunks], c.ep_overlap
     )

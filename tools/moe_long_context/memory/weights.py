@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..engine.config import precision_is_quantized
 from ..engine.context import Context
-from ..model.params import LayerParams, layer_params, mtp_layer_params, position_embedding_params
+from ..model.params import LayerParams, layer_params, mtp_layer_params, position_embedding_params, spec_cache
 from .activations import BF16, FP32
 from .terms import Term
 
@@ -49,7 +49,20 @@ def _layer_share(lp: LayerParams, tp: int, expert_shards: int) -> tuple[float, f
 
 
 def rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss: bool) -> RankParams:
-    """Parameters on a rank holding decoder ``layers``, ``mtp`` MTP layers and the embedding / loss."""
+    """Parameters on a rank holding decoder ``layers``, ``mtp`` MTP layers and the embedding / loss (kept per
+    model for the sharding that decides them: the planner asks for the same ranks under many settings)."""
+    c = ctx.cfg
+    key = (tuple(layers), mtp, embedding, loss, c.tp, c.ep * ctx.etp, padded_vocab(ctx))
+    cache = spec_cache(ctx.model).setdefault("rank_params", {})
+    found = cache.get(key)
+    if found is None:
+        if len(cache) > 20_000:
+            cache.clear()
+        found = cache[key] = _rank_params(ctx, layers, mtp, embedding, loss)
+    return found
+
+
+def _rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss: bool) -> RankParams:
     m, c = ctx.model, ctx.cfg
     shards = c.ep * ctx.etp
     dense = experts = gemm = largest = 0.0

@@ -19,12 +19,13 @@ from ..errors import InputError, check_nesting, too_deep, unknown_id
 from .hf import spec_from_hf_config
 from .hf_hybrid import refuse_name
 from .specs import GpuSpec, ModelSpec
+from .yaml_data import load_data_yaml
 
 __all__ = ["gpu_ids", "gpus", "load_gpu", "load_model", "model_ids", "models"]
 
 
 def _read_yaml(*parts: str) -> Any:
-    return yaml.safe_load(resources.files(__package__).joinpath(*parts).read_text())
+    return load_data_yaml(resources.files(__package__).joinpath(*parts).read_text())
 
 
 @cache
@@ -43,7 +44,7 @@ def _header(text: str) -> dict[str, Any]:
             keep = line.startswith(("id:", "aliases:"))
         if keep:
             lines.append(line)
-    return yaml.safe_load("\n".join(lines)) or {}
+    return load_data_yaml("\n".join(lines)) or {}
 
 
 @cache
@@ -51,7 +52,7 @@ def _load_preset(model_id: str) -> ModelSpec:
     """One preset, converted from its config.json keys on first use (the catalog grows; a lookup reads one
     file)."""
     entry = _preset_files()[model_id]
-    data = yaml.safe_load(entry.read_text())
+    data = load_data_yaml(entry.read_text())
     if data["id"] != model_id:
         raise ValueError(
             f"model preset {entry.name} has id {data['id']!r}: a preset file is named after its id"

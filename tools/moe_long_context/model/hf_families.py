@@ -13,9 +13,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Protocol
 
-import yaml
-
 from ..errors import InputError
+from .yaml_data import load_data_yaml
 
 _LAYER_KINDS = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
 _MAX_INT = 1 << 24
@@ -33,7 +32,7 @@ class Reader(Protocol):
 def family_table() -> dict[str, dict[str, Any]]:
     """model_type -> the family's entry of hf_families.yaml."""
     text = resources.files(__package__).joinpath("hf_families.yaml").read_text()
-    return yaml.safe_load(text)["families"]
+    return load_data_yaml(text)["families"]
 
 
 def language_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -114,21 +115,35 @@ class PickRecomputeResult(BaseModel):
 
 
 class Trial:
-    """One candidate configuration: its context, estimated peak (bytes) and whether Megatron accepts it."""
+    """One candidate configuration: its context, estimated peak (bytes) and whether Megatron accepts it (the
+    rules and the memory model run when first asked for)."""
 
     def __init__(self, base: dict[str, Any], changes: dict[str, Any], model, gpu, baseline_errors: set[str]):
-        self.changes = changes
+        self.changes, self.baseline_errors = changes, baseline_errors
         self.cfg = TrainingConfig(**{**base, **changes})
         self.ctx = Context(cfg=self.cfg, model=model, gpu=gpu)
-        found = run(self.ctx, PICK_FAMILIES)
-        self.new_errors = [f for f in errors(found) if f.code not in baseline_errors]
+
+    @cached_property
+    def new_errors(self) -> list[Finding]:
+        return [f for f in errors(run(self.ctx, PICK_FAMILIES)) if f.code not in self.baseline_errors]
+
+    @cached_property
+    def rank_totals(self) -> list[float]:
         mm = memory_model(self.ctx) if not self.new_errors else None
-        self.peak = mm.peak_rank.total if mm is not None else math.inf
-        self.rank_totals = [r.total for r in mm.ranks] if mm is not None else []
+        return [r.total for r in mm.ranks] if mm is not None else []
+
+    @property
+    def peak(self) -> float:
+        return max(self.rank_totals, default=math.inf)
 
     @property
     def accepted(self) -> bool:
         return not self.new_errors
+
+    @cached_property
+    def recompute_s(self) -> float:
+        """Seconds per step its recompute adds (the step-time model's recompute term)."""
+        return step_time(self.ctx).terms.get("recompute", 0.0)
 
 
 def _selective(labels: list[str]) -> dict[str, Any]:
@@ -178,9 +193,7 @@ MAX_VERIFIED = 6  # label sets tried in full, cheapest first, before the search 
 class Picker:
     def __init__(self, ctx: Context, headroom: float = DEFAULT_HEADROOM, report: bool = True):
         self.ctx = ctx
-        self.report = (
-            report  # measure what each chosen label buys (the tool reports it; the planner does not)
-        )
+        self.report = report  # measure what each chosen label buys (for the tool's report)
         self.usable = ctx.gpu.usable_hbm_gib * GIB
         self.budget = self.usable * (1 - headroom)
         self.base = ctx.cfg.model_dump(exclude_unset=True)
@@ -191,10 +204,13 @@ class Picker:
         self.findings: list[Finding] = []
         self.gains: list[LabelGain] = []
         self.sets: list[tuple[float, float, tuple[str, ...]]] = []  # (cost s, estimated peak, labels)
-        self.tried: dict[tuple[str, ...], Trial] = {}
+        self.tried: dict[str, Trial] = {}  # by the changes: the same changes make the same trial
 
     def trial(self, changes: dict[str, Any]) -> Trial:
-        return Trial(self.base, changes, self.ctx.model, self.ctx.gpu, self.baseline_errors)
+        key = repr(sorted(changes.items()))
+        if key not in self.tried:
+            self.tried[key] = Trial(self.base, changes, self.ctx.model, self.ctx.gpu, self.baseline_errors)
+        return self.tried[key]
 
     def fits(self, trial: Trial) -> bool:
         return trial.accepted and trial.peak <= self.budget
@@ -209,13 +225,11 @@ class Picker:
         )
 
     def labels_trial(self, labels: tuple[str, ...]) -> Trial:
-        if labels not in self.tried:
-            self.tried[labels] = self.trial(_selective(list(labels)) if labels else dict(CLEARED))
-        return self.tried[labels]
+        return self.trial(_selective(list(labels)) if labels else dict(CLEARED))
 
     def cost(self, trial: Trial) -> float:
         """Seconds per step the recompute of ``trial`` adds (the step-time model's recompute term)."""
-        return step_time(trial.ctx).terms.get("recompute", 0.0)
+        return trial.recompute_s
 
     def selective(self, start: Trial) -> Trial:
         """The cheapest set of labels (by the step time's recompute term) whose peak fits the budget.
@@ -275,12 +289,12 @@ class Picker:
             combo = min(cheaper, key=lambda x: x[1])[2]  # of the cheaper sets, the one saving the most
             out.append(self._alternative("cheaper", self.labels_trial(combo)))
         for _, _, combo in sorted((x for x in self.sets if x[2] != labels), key=lambda x: x[0]):
-            trial = self.labels_trial(combo)
-            if trial.accepted and trial.peak < best.peak - MIN_SAVING and self.cost(trial) >= chosen_cost:
+            trial = self.labels_trial(combo)  # its cost first: a cheaper set needs no memory model
+            if self.cost(trial) >= chosen_cost and trial.accepted and trial.peak < best.peak - MIN_SAVING:
                 out.append(self._alternative("safer", trial))
                 break
         else:  # no selective set leaves less: full recompute is the safer choice
-            full = self._full_trial("uniform", 1)
+            full = self.full_trial("uniform", 1)
             if full.accepted and full.peak < best.peak - MIN_SAVING:
                 out.append(self._alternative("safer", full))
         return out
@@ -300,7 +314,7 @@ class Picker:
             recompute_s=round(self.cost(trial), 4),
         )
 
-    def _full_trial(self, method: str, layers: int) -> Trial:
+    def full_trial(self, method: str, layers: int) -> Trial:
         return self.trial(
             {
                 **CLEARED,
@@ -314,7 +328,7 @@ class Picker:
     def full(self, best: Trial) -> Trial | None:
         """Full recompute, last resort: uniform x 1 (every layer keeps only its input) if it is accepted and
         fits, then the block setting recomputing the fewest layers per chunk that still fits."""
-        uniform = self._full_trial("uniform", 1)
+        uniform = self.full_trial("uniform", 1)
         if not uniform.accepted:
             self.findings.append(_skip_finding("full recompute", uniform))
             return None
@@ -324,7 +338,7 @@ class Picker:
             low, high = 1, max(s.decoders for row in split.stages for s in row) - 1
             while low <= high:  # fewer block layers keep more activations: find the smallest that fits
                 mid = (low + high) // 2
-                trial = self._full_trial("block", mid)
+                trial = self.full_trial("block", mid)
                 if self.fits(trial):
                     chosen, high = trial, mid - 1
                 else:

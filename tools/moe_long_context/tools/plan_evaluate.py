@@ -16,9 +16,10 @@ from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from ..model.specs import GpuSpec, ModelSpec
 from .estimate_memory import breakdown
-from .pick_recompute import Picker
+from .pick_recompute import CLEARED, Picker
+from .plan_bounds import OFFLOAD_LEVELS
 from .plan_models import Plan, PlanLayoutRequest, PlanMemory, PlanThroughput
-from .plan_search import Candidate, _settings
+from .plan_search import Candidate, _settings, offload_settings
 
 
 @dataclass
@@ -37,31 +38,50 @@ GRAPHS = {
 }
 
 
+def level_context(
+    cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict, fraction: float
+) -> Context:
+    """The candidate as evaluate configures it at one optimizer-offload level (0: none)."""
+    settings = _settings(cand, model, gpu, req, base)
+    if fraction:
+        settings = {**settings, **offload_settings(fraction)}
+    return Context(cfg=TrainingConfig(**settings), model=model, gpu=gpu)
+
+
 def evaluate(
-    cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict
+    cand: Candidate,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    req: PlanLayoutRequest,
+    base: dict,
+    impossible: frozenset[float] = frozenset(),
+    pickers: dict | None = None,
 ) -> Evaluated | str:
     """The plan a candidate makes (cheapest recompute that fits the budget, offload if needed, CUDA graphs if
-    accepted and they still fit), or why it makes none."""
-    settings = _settings(cand, model, gpu, req, base)
-    cfg = TrainingConfig(**settings)
-    ctx = Context(cfg=cfg, model=model, gpu=gpu)
+    accepted and they still fit), or why it makes none. ``impossible`` names offload fractions (0 for none) at
+    which the memory bound proved that nothing fits: pick_recompute is not run there, which changes nothing.
+    ``pickers`` keeps each level's pick_recompute, and the trials it made, for the request (see level_picker)."""
+    pickers = {} if pickers is None else pickers
+    ctx = level_context(cand, model, gpu, req, base, 0.0)
     found = errors(run(ctx))
     if found:
         return f"rule {found[0].code}"
     notes: list[str] = []
-    picker = Picker(ctx, req.headroom, report=False)
-    best = picker.pick()
-    if not picker.fits(best) and req.allow_optimizer_offload:
-        for fraction in (0.5, 1.0):
-            offload = {"optimizer_cpu_offload_fraction": fraction, "use_precision_aware_optimizer": True}
-            off_ctx = Context(cfg=TrainingConfig(**{**settings, **offload}), model=model, gpu=gpu)
-            off_picker = Picker(off_ctx, req.headroom, report=False)
+    picker = best = None
+    if 0.0 not in impossible:
+        picker = level_picker(cand, model, gpu, req, base, 0.0, pickers)
+        best = picker.pick()
+    if (picker is None or not picker.fits(best)) and req.allow_optimizer_offload:
+        for fraction in OFFLOAD_LEVELS:
+            if fraction in impossible:
+                continue
+            off_picker = level_picker(cand, model, gpu, req, base, fraction, pickers)
             trial = off_picker.pick()
             if off_picker.fits(trial):
                 picker, best = off_picker, trial
                 notes.append("recompute alone does not fit: optimizer CPU offload makes room")
                 break
-    if not picker.fits(best):
+    if picker is None or not picker.fits(best):
         return "memory: over the budget even with full recompute and optimizer offload"
     graphs = _with_graphs(picker, best)
     if graphs is not None:
@@ -71,6 +91,26 @@ def evaluate(
     if has_errors(found):
         return f"rule {errors(found)[0].code}"
     return Evaluated(best.cfg, best.ctx, best.peak, step_time(best.ctx), found, notes)
+
+
+def level_picker(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict,
+                 fraction: float, pickers: dict) -> Picker:  # fmt: skip
+    """pick_recompute for the candidate at one offload level, made once per request (``pickers``): the trials
+    surely_fits makes are the ones evaluate would make first."""
+    key = (cand, fraction)
+    if key not in pickers:
+        pickers[key] = Picker(
+            level_context(cand, model, gpu, req, base, fraction), req.headroom, report=False
+        )
+    return pickers[key]
+
+
+def surely_fits(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, base: dict,
+                fraction: float, pickers: dict) -> bool:  # fmt: skip
+    """Whether pick_recompute surely returns a plan that fits at this offload level: no recompute fits, or full
+    uniform recompute does (pick_recompute then ends with it or with a cheaper setting that fits)."""
+    picker = level_picker(cand, model, gpu, req, base, fraction, pickers)
+    return picker.fits(picker.trial(dict(CLEARED))) or picker.fits(picker.full_trial("uniform", 1))
 
 
 def _with_graphs(picker: Picker, best):

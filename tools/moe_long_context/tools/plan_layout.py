@@ -2,16 +2,19 @@
 
 1. Enumerate TP, CP, PP, VPP, EP and MBS that factor the world under MoE parallel folding, with a pipeline
    split Megatron accepts for each (PP, VPP), and CP that the sequence and the attention type allow.
-2. Rank the candidates by an optimistic bound (compute only) and evaluate them best-first: every rule
-   family of the engine, memory with pick_recompute (selective before full) and optimizer CPU offload
+2. Rank the candidates by lower bounds of their plans (a layout's floor, a split's time before recompute, then
+   the recompute and offload its memory bound forces: plan_bounds.py) and evaluate them best-first: every
+   rule family of the engine, memory with pick_recompute (selective before full) and optimizer CPU offload
    when nothing else fits, then the step-time model with the recompute it costs.
-3. Stop when the next candidate's bound cannot beat the N-th plan found (branch and bound).
+3. Stop when the best bound left cannot beat the N-th plan found nor the published layout (branch and
+   bound): the plans are then the best of the whole space within the model (``optimal``).
 Every plan returned passes the engine's rules with no error and fits its GPU's memory.
 """
 
 from __future__ import annotations
 
 import heapq
+from functools import partial
 
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..engine.step_time import STATED_ERROR
@@ -19,25 +22,28 @@ from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
 from .plan_compare import _compare, _references, _same_plan, published_for
-from .plan_evaluate import Evaluated, _plan, evaluate
+from .plan_evaluate import Evaluated, _plan, evaluate, surely_fits
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
 from .plan_search import (
     MAX_TP,
     budget,
+    candidate_bound,
     cheap_bounds,
     default_dispatcher,
     default_gbs,
     default_precision,
     enumerate_candidates,
+    layout_fits_nowhere,
     layout_floors,
-    refined_bound,
     seconds_per_token,
 )
 
 __all__ = ["PlanLayoutRequest", "PlanLayoutResult", "plan_layout"]
 
 
-def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
+def search_inputs(req: PlanLayoutRequest):
+    """(model, GPU, the engine fields every candidate shares, GBS, where the GBS comes from): the request
+    resolved, its global batch chosen (the request's, the published layout's, else 2^23 tokens)."""
     model = load_model(req.model)
     gpu = load_gpu(req.gpu)
     if req.launcher not in ("bridge", "megatron-lm"):
@@ -50,7 +56,6 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     source = (
         "the request's" if req.gbs else "the published layout's" if published else "the default 2^23 tokens"
     )
-    mtp = model.mtp_num_layers
     base = {
         "model": model.id if model.id != "custom" else req.model,
         "gpu": gpu.id,
@@ -65,6 +70,12 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         base["overhead_gib"] = req.overhead_gib
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
+    return model, gpu, base, gbs, source
+
+
+def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
+    model, gpu, base, gbs, source = search_inputs(req)
+    mtp = model.mtp_num_layers
     excluded: dict[str, int] = {}
     enumerated = enumerate_candidates(model, gpu, req, mtp, gbs, excluded)
     total = len(enumerated) + sum(excluded.values())  # every layout tried, before any exclusion
@@ -74,49 +85,67 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     # The search must reach every candidate that could beat the published layout, whatever top_n is, so that
     # the published layout's rank does not depend on how many plans are asked for.
     ref_times = [seconds_per_token(e.step) for _, e in references if e is not None and e.peak <= limit]
-    # Best-first search over three stages, each a lower bound of the next: a layout's floor (no bubble, even
-    # stages), then each of its splits' time before recompute and offload, then the bound its memory forecast
-    # implies; only then a candidate is evaluated in full. The search stops as soon as the best remaining bound
-    # can neither beat the N-th plan found nor the published layout.
-    heap: list = [(floor, i, 0, members) for i, (floor, members) in enumerate(floors)]
+    # Best-first search over four stages, each a lower bound of the next and of the plan evaluate() makes: a
+    # layout's floor (no bubble, even stages), each of its splits' time before recompute and offload, the bound
+    # its memory adds, then that bound once the offload levels evaluate cannot reach are known (plan_bounds.py);
+    # only then a candidate is evaluated in full. The search ends when the best bound left can neither beat the
+    # N-th plan found nor the published layout: the plans are then the best the model has.
+    heap: list = [(floor, i, 0, (members, known)) for i, (floor, members, known) in enumerate(floors)]
     heapq.heapify(heap)
     tie = len(heap)
     found: list[Evaluated] = []
     fastest: dict[tuple, float] = {}  # per layout (TP, CP, PP, EP, MBS): its fastest plan found
     evaluated = 0
+    pickers: dict = {}  # pick_recompute per (candidate, offload level): surely_fits and evaluate share it
     while heap and evaluated < MAX_EVALUATED:
         bound, _, stage, payload = heapq.heappop(heap)
-        if bound >= max([_nth_group_time(found, req.top_n), *ref_times]):
+        threshold = max([_nth_group_time(found, req.top_n), *ref_times])  # it only falls as plans are found
+        if bound >= threshold:
             heapq.heappush(heap, (bound, -1, stage, payload))
             break
         if stage == 0:
-            for cand, ctx in cheap_bounds(payload, model, gpu, req, base, excluded):
+            members, known = payload
+            if layout_fits_nowhere(known[1], req):
+                _count(
+                    excluded,
+                    "memory: over the budget even with full recompute and optimizer offload",
+                    len(members),
+                )
+                continue
+            for cand, ctx, floor in cheap_bounds(members, model, gpu, req, base, excluded, known):
                 tie += 1
-                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx)))
+                heapq.heappush(heap, (max(cand.bound_s, bound), tie, 1, (cand, ctx, floor)))
             continue
-        cand, ctx = payload
+        cand, ctx, cb = payload
         layout = (cand.tp, cand.cp, cand.pp, cand.ep, cand.mbs)
         if fastest.get(layout, float("inf")) <= bound:
             _count(excluded, "search: another VPP of the same layout is faster (not evaluated)")
             continue  # it cannot change its layout's place: plans differing only in VPP are one plan
-        if stage == 1:
-            better = refined_bound(ctx, req)
-            if better is not None:
-                tie += 1
-                heapq.heappush(heap, (max(better, bound), tie, 2, payload))
+        if stage in (1, 2):
+            if stage == 1:
+                cb = candidate_bound(ctx, req, cand.bound_s, cb)  # cb holds what cheap_bounds knows
+                better = cb.bound(threshold)
             else:
-                _count(excluded, "memory: forecast over the budget even with full recompute and offload")
-            continue
+                better = cb.refine(partial(_surely_fits, cand, model, gpu, req, base, cb, pickers), threshold)
+            if better == float("inf"):
+                _count(excluded, "memory: over the budget even with full recompute and optimizer offload")
+                continue
+            if stage == 1 or better > bound:
+                tie += 1
+                heapq.heappush(heap, (max(better, bound), tie, stage + 1, (cand, ctx, cb)))
+                continue
         evaluated += 1
-        e = evaluate(cand, model, gpu, req, base)
+        e = evaluate(cand, model, gpu, req, base, cb.impossible_levels(), pickers)
+        pickers = {k: v for k, v in pickers.items() if k[0] is not cand}  # its trials are done with
         if isinstance(e, str):
             _count(excluded, e)
         else:
             found.append(e)
             fastest[layout] = min(fastest.get(layout, float("inf")), seconds_per_token(e.step))
-    left = sum(len(p) if stage == 0 else 1 for _, _, stage, p in heap)
+    left = sum(len(p[0]) if stage == 0 else 1 for _, _, stage, p in heap)
+    optimal = evaluated < MAX_EVALUATED or not heap
     if left:
-        why = "bound cannot beat the plans found" if evaluated < MAX_EVALUATED else "stopped at the cap"
+        why = "bound cannot beat the plans found" if optimal else "stopped at the safety cap"
         _count(excluded, f"search: {why} (not evaluated)", left)
     asked = {}  # a published layout is a plan too when it fits and has this request's dispatcher and precision
     for layout, ref in references:
@@ -151,6 +180,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         ],
         candidates=total,
         evaluated=evaluated,
+        optimal=optimal,
+        pruned_by_bound=left if optimal else 0,
         feasible=len(found),
         assumptions=[
             f"Global batch: {gbs} sequences for every plan and the published layout ({source}).",
@@ -170,6 +201,10 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         ],
         findings=[],
     )
+
+
+def _surely_fits(cand, model, gpu, req, base, cb, pickers, level: int) -> bool:
+    return surely_fits(cand, model, gpu, req, base, cb.fractions[level], pickers)
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:

@@ -10,7 +10,9 @@ from ..dialects.shell import quote
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
 from ..engine.findings import Finding
 
-MAX_EVALUATED = 40  # full evaluations (rules + memory + recompute + time) per request at most
+# A safety limit on full evaluations (rules + memory + recompute + time) per request: the bounds end the search
+# long before it on every benchmark job (tests/test_plan_bounds.py); a result that reaches it says optimal false.
+MAX_EVALUATED = 2000
 
 
 class PlanLayoutRequest(_Args):
@@ -89,7 +91,8 @@ class Plan(BaseModel):
         description="Tokens/s within the step-time model's stated error of the top plan's: a tie."
     )
     vpp_variants: list[dict[str, Any]] = Field(
-        description="The same plan with other VPP (and split): vpp, tokens_per_s, peak_gib (grouped, not ranked)."
+        description="The same plan with other VPP (and split) the search evaluated: vpp, tokens_per_s, peak_gib "
+        "(grouped, not ranked)."
     )
 
 
@@ -172,6 +175,13 @@ class PlanLayoutResult(BaseModel):
         description="Layouts enumerated (TP, CP, PP, VPP, EP, MBS), before any exclusion."
     )
     evaluated: int = Field(description="Candidates evaluated in full (rules, memory, recompute, time).")
+    optimal: bool = Field(
+        description="The plans are the fastest of every candidate within the model: the search ended when "
+        "no candidate left could enter them (false only if the safety limit on evaluations stopped it)."
+    )
+    pruned_by_bound: int = Field(
+        description="Candidates left out because a lower bound of their plan could not enter the top plans."
+    )
     feasible: int = Field(
         description="Evaluated candidates (and published layouts) that pass every rule and fit the budget."
     )

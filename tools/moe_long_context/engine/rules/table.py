@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
-
+from ...model.yaml_data import load_data_yaml
 from ..context import Context
 from ..findings import Finding, Severity
 
@@ -44,7 +43,7 @@ class Rule:
 
 @cache
 def rule_table() -> dict[str, Rule]:
-    entries = yaml.safe_load(resources.files(__package__).joinpath("rules.yaml").read_text())
+    entries = load_data_yaml(resources.files(__package__).joinpath("rules.yaml").read_text())
     table = {}
     for entry in entries:
         rule = Rule(
