@@ -14,6 +14,7 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
+from .lm_derived import derive_ffn_sizes
 from .tables import ParsedScript, dialect_table, megatron_flags
 
 
@@ -27,6 +28,9 @@ class Understood:
     architecture: dict[str, Any] = field(default_factory=dict)  # as Hugging Face config.json keys
     num_gpus: int | None = None
     problems: list[str] = field(default_factory=list)  # values that could not be read
+    derived: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # flag -> value and rule, as validate_args
 
     def set(self, name: str, value: Any, source: str) -> None:
         self.fields[name] = value
@@ -194,7 +198,6 @@ _LEGACY_GRAPH_FLAGS = {"--enable-cuda-graph": "local", "--external-cuda-graph": 
 
 def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
     """What validate_args derives from the flags as a whole (so flag order never matters)."""
-    arch = u.architecture
     if "--mtp-num-layers" in values and "mtp_num_layers" not in u.fields:
         u.fields["mtp_num_layers"] = (
             None  # given but not read (a shell variable): the model's own count stands
@@ -208,18 +211,7 @@ def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
                 ["--micro-batch-size"],
             )
         )
-    experts = arch.get("num_experts")
-    if experts and "moe_intermediate_size" not in arch and "intermediate_size" in arch:
-        arch["moe_intermediate_size"] = arch["intermediate_size"]  # LM arguments.py:1595-1597
-        u.notes.append(
-            finding(
-                "MOE_FFN_FROM_FFN",
-                f"--moe-ffn-hidden-size is not given: Megatron-LM uses --ffn-hidden-size "
-                f"({arch['intermediate_size']}) for the experts.",
-                "Give --moe-ffn-hidden-size if the experts are narrower than the dense FFN.",
-                ["--ffn-hidden-size"],
-            )
-        )
+    derive_ffn_sizes(u, values)
     legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
     if legacy:
         impl = (values.get("--cuda-graph-impl") or ["none"])[0]

@@ -367,6 +367,8 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
     effective["model"] = first.model.id
     # values in effect after the framework's own resolution
     effective.update(vpp=ctx.vpp, etp=ctx.etp, sequence_parallel=ctx.sequence_parallel)
+    if first.u.derived:  # flags the launch leaves out and Megatron-LM's validate_args fills in
+        effective["derived"] = first.u.derived
     if dialect == "config":
         corrected: Any = final.parsed
     elif dialect == "bridge":
