@@ -88,3 +88,118 @@ def test_group_query_attention_without_a_count_uses_argparse_default_one_group()
     )
     r = lint(num_gpus=8, megatron_args=flags)
     assert r.effective_config["derived"]["--num-query-groups"]["value"] == 1
+
+
+# ------------------------------------------------------------------ LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT
+
+_UNEVEN = ("--num-layers 60 --hidden-size 5120 --num-attention-heads 128 --num-experts 160 --moe-router-topk 6 "
+           "--moe-ffn-hidden-size 1536 --ffn-hidden-size 12288 --pipeline-model-parallel-size 16 "
+           "--expert-model-parallel-size 8 --decoder-first-pipeline-num-layers 2 "
+           "--decoder-last-pipeline-num-layers 2 --micro-batch-size 1 --global-batch-size 1024 --seq-length 4096 "
+           "--max-position-embeddings 4096 --bf16")  # fmt: skip
+
+
+def test_layers_per_virtual_stage_with_an_uneven_split_is_an_error():
+    """Megatron-LM arguments.py:919-922: the ModelZoo DeepSeek-V2 launch (PP16 VPP2, first/last 2) fails."""
+    r = lint(num_gpus=256, megatron_args=_UNEVEN + " --num-layers-per-virtual-pipeline-stage 2")
+    found = [f for f in r.findings if f.code == "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT"]
+    assert found and found[0].severity == "error"
+    assert "--num-layers-per-virtual-pipeline-stage" in found[0].keys
+
+
+def test_virtual_stages_per_rank_with_an_uneven_split_is_no_error():
+    r = lint(num_gpus=256, megatron_args=_UNEVEN + " --num-virtual-stages-per-pipeline-rank 2")
+    assert "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT" not in [f.code for f in r.findings]
+    even = lint(num_gpus=256, megatron_args=_UNEVEN.replace(" --decoder-first-pipeline-num-layers 2", "").replace(
+        " --decoder-last-pipeline-num-layers 2", "").replace("--num-layers 60", "--num-layers 64")
+        + " --num-layers-per-virtual-pipeline-stage 2")  # fmt: skip
+    assert "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT" not in [f.code for f in even.findings]
+
+
+# ------------------------------------------------------------------ rules the corpus found missing
+
+_DSV3 = {"model": "deepseek-v3", "num_gpus": 256}
+_BRIDGE = ["model.expert_model_parallel_size=32", "model.pipeline_model_parallel_size=8"]
+
+
+def _codes(r) -> list[str]:
+    return [f.code for f in r.findings if f.severity == "error"]
+
+
+def test_fast_cache_load_without_a_cache_path_is_an_error_in_both_dialects():
+    """MCore blended_megatron_dataset_config.py:101-113: Bridge's GPT-OSS perf recipes set fast_cache_load and
+    defer_npy_index_mmap and leave path_to_cache None, and ConfigContainer.validate raises."""
+    r = lint(
+        **_DSV3,
+        bridge_overrides=[*_BRIDGE, "dataset.fast_cache_load=true", "dataset.defer_npy_index_mmap=true"],
+    )
+    found = [f for f in r.findings if f.code == "DATASET_CACHE_PATH_MISSING"]
+    assert found and found[0].severity == "error" and "dataset.path_to_cache" in found[0].keys
+    ok = lint(
+        **_DSV3, bridge_overrides=[*_BRIDGE, "dataset.fast_cache_load=true", "dataset.path_to_cache=/cache"]
+    )
+    assert "DATASET_CACHE_PATH_MISSING" not in _codes(ok)
+    flags = "--expert-model-parallel-size 32 --pipeline-model-parallel-size 8 --micro-batch-size 1 --seq-length 4096"
+    lm = lint(**_DSV3, megatron_args=flags + " --dataloader-fast-cache-load")
+    assert "DATASET_CACHE_PATH_MISSING" in _codes(lm)
+    lm_ok = lint(**_DSV3, megatron_args=flags + " --dataloader-fast-cache-load --data-cache-path /cache")
+    assert "DATASET_CACHE_PATH_MISSING" not in _codes(lm_ok)
+
+
+def test_deprecated_sm_counts_that_differ_are_an_error_unless_the_unified_count_is_set():
+    """MCore transformer_config.py:1617-1632: moe_deepep_num_sms=20 with moe_hybridep_num_sms=32 raises (Bridge's
+    Qwen3-235B deepep_dev perf recipe); equal counts, or moe_flex_dispatcher_num_sms, pass."""
+    both = [*_BRIDGE, "model.moe_deepep_num_sms=20", "model.moe_hybridep_num_sms=32"]
+    assert "MOE_FLEX_SM_KNOBS_CONFLICT" in _codes(lint(**_DSV3, bridge_overrides=both))
+    same = [*_BRIDGE, "model.moe_deepep_num_sms=32", "model.moe_hybridep_num_sms=32"]
+    assert "MOE_FLEX_SM_KNOBS_CONFLICT" not in _codes(lint(**_DSV3, bridge_overrides=same))
+    unified = [*both, "model.moe_flex_dispatcher_num_sms=24"]
+    assert "MOE_FLEX_SM_KNOBS_CONFLICT" not in _codes(lint(**_DSV3, bridge_overrides=unified))
+    flags = ("--expert-model-parallel-size 32 --pipeline-model-parallel-size 8 --micro-batch-size 1 "
+             "--seq-length 4096 --moe-deepep-num-sms 20 --moe-hybridep-num-sms 32")  # fmt: skip
+    assert "MOE_FLEX_SM_KNOBS_CONFLICT" in _codes(lint(**_DSV3, megatron_args=flags))
+    assert "MOE_FLEX_SM_KNOBS_CONFLICT" not in _codes(
+        lint(**_DSV3, megatron_args=flags + " --moe-flex-dispatcher-num-sms 24")
+    )
+
+
+def test_a_new_free_section_key_is_written_as_a_hydra_addition():
+    """Bridge applies overrides in Hydra's struct mode: a key env_vars does not have yet needs ++ (add or
+    override), or Hydra stops with "Could not override 'env_vars.X'"."""
+    from moe_long_context.dialects.tables import parse_bridge_overrides, render_bridge
+
+    items = {
+        "env_vars.NCCL_GRAPH_REGISTER": 0,
+        "model.tensor_model_parallel_size": 2,
+        "dataset.dataset_kwargs.pad": True,
+    }
+    written = render_bridge(items)
+    assert written == ["++env_vars.NCCL_GRAPH_REGISTER=0", "model.tensor_model_parallel_size=2",
+                       "++dataset.dataset_kwargs.pad=true"]  # fmt: skip
+    assert parse_bridge_overrides(written) == items
+
+
+def test_qwen3_vl_moe_reads_its_language_model_from_text_config():
+    """Bridge's Qwen3VLMoe bridge builds the language model from text_config as a Qwen3 MoE
+    (models/qwen_vl/qwen3_vl_bridge.py:232-262): Qwen3-VL-30B-A3B's is Qwen3-30B-A3B's shape (48 layers,
+    128 experts, top-8, expert FFN 768), whose counted total is the same 30.53 B."""
+    from moe_long_context.model.catalog import load_model
+    from moe_long_context.model.hf import spec_from_hf_config
+    from moe_long_context.model.params import model_params
+
+    vl = {"architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+          "tie_word_embeddings": False, "vision_config": {"depth": 27},
+          "text_config": {"model_type": "qwen3_vl_moe_text", "num_hidden_layers": 48, "hidden_size": 2048,
+                          "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+                          "num_experts_per_tok": 8, "num_attention_heads": 32, "num_key_value_heads": 4,
+                          "head_dim": 128, "vocab_size": 151936, "decoder_sparse_step": 1,
+                          "mlp_only_layers": []}}  # fmt: skip
+    spec = spec_from_hf_config(vl)
+    assert (spec.num_layers, spec.num_experts, spec.moe_router_topk, spec.moe_ffn_hidden_size) == (
+        48,
+        128,
+        8,
+        768,
+    )
+    assert spec.qk_layernorm and spec.num_query_groups == 4
+    assert model_params(spec).total == model_params(load_model("qwen3-30b-a3b")).total

@@ -14,6 +14,7 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
+from .launch_checks import bridge_checks, megatron_checks
 from .lm_derived import derive_ffn_sizes
 from .tables import ParsedScript, dialect_table, megatron_flags
 
@@ -164,6 +165,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             )
         )
     _megatron_semantics(u, values)
+    u.notes += megatron_checks(values)
     # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
     is_script = bool(parsed.env or parsed.launcher_tokens)
     for var, rule in table["environment"].items():
@@ -212,6 +214,26 @@ def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
             )
         )
     derive_ffn_sizes(u, values)
+    uneven = [
+        f
+        for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+        if f in values
+    ]
+    if (
+        uneven
+        and "--num-layers-per-virtual-pipeline-stage" in values
+        and not ({"--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout"} & set(values))
+    ):
+        u.notes.append(
+            finding(
+                "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT",
+                f"--num-layers-per-virtual-pipeline-stage with {' and '.join(uneven)}: Megatron-LM asserts that "
+                "an uneven pipeline split gives its VPP degree as --num-virtual-stages-per-pipeline-rank.",
+                "Replace --num-layers-per-virtual-pipeline-stage N with --num-virtual-stages-per-pipeline-rank "
+                "(the number of model chunks per pipeline rank).",
+                ["--num-layers-per-virtual-pipeline-stage", *uneven],
+            )
+        )
     legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
     if legacy:
         impl = (values.get("--cuda-graph-impl") or ["none"])[0]
@@ -375,6 +397,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
         elif not (_special_bridge_more(u, key, keys) or _special_bridge(u, key, value, keys)):
             u.not_checked.append(key)
     _bridge_graph_switches(u, keys)
+    u.notes += bridge_checks(keys)
     return u
 
 
