@@ -203,3 +203,33 @@ def test_qwen3_vl_moe_reads_its_language_model_from_text_config():
     )
     assert spec.qk_layernorm and spec.num_query_groups == 4
     assert model_params(spec).total == model_params(load_model("qwen3-30b-a3b")).total
+
+
+def test_megatron_fsdp_checkpoints_need_the_fsdp_dtensor_format():
+    """Bridge training/config.py:1097-1101: Bridge's Qwen3.5-VL FSDP SFT recipe saves in torch_dist and fails
+    validate; fsdp_dtensor, or no checkpoint path, passes."""
+    base = [*_BRIDGE, "ddp.use_megatron_fsdp=true", "checkpoint.save=/ckpt"]
+    assert "BRIDGE_FSDP_CKPT_FORMAT" in _codes(lint(**_DSV3, bridge_overrides=base))
+    ok = lint(**_DSV3, bridge_overrides=[*base, "checkpoint.ckpt_format=fsdp_dtensor"])
+    assert "BRIDGE_FSDP_CKPT_FORMAT" not in _codes(ok)
+    no_path = lint(**_DSV3, bridge_overrides=[*_BRIDGE, "ddp.use_megatron_fsdp=true"])
+    assert "BRIDGE_FSDP_CKPT_FORMAT" not in _codes(no_path)
+
+
+def test_the_correction_drops_layers_per_virtual_stage_beside_an_uneven_split():
+    r = lint(num_gpus=256, megatron_args=_UNEVEN + " --num-layers-per-virtual-pipeline-stage 1")
+    assert "--num-layers-per-virtual-pipeline-stage" not in r.corrected
+    assert [f.code for f in r.fixes] == ["LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT"]
+    assert "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT" not in r.remaining_errors
+
+
+def test_the_correction_exports_nvte_cpu_offload_v1_for_activation_offload():
+    """LM arguments.py:1857-1859: fine-grained offload needs NVTE_CPU_OFFLOAD_V1=1 (ModelZoo's Qwen3-235B GB200
+    launch offloads without it); the corrected script exports it and lints clean of it."""
+    script = ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\npython pretrain_gpt.py "
+              "--expert-model-parallel-size 32 --pipeline-model-parallel-size 8 --micro-batch-size 1 "
+              "--seq-length 4096 --fine-grained-activation-offloading --offload-modules expert_fc1")  # fmt: skip
+    r = lint(**_DSV3, megatron_args=script)
+    assert "OFFLOAD_ENV_MISSING" in _codes(r)
+    assert "export NVTE_CPU_OFFLOAD_V1=1" in r.corrected
+    assert "OFFLOAD_ENV_MISSING" not in r.remaining_errors

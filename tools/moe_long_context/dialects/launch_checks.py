@@ -45,7 +45,22 @@ def bridge_checks(keys: dict[str, Any]) -> list[Finding]:
     }
     if len(set(sms.values())) > 1 and keys.get("model.moe_flex_dispatcher_num_sms") is None:
         out.append(_sm_finding(sms, "model.moe_flex_dispatcher_num_sms"))
-    return out
+    return out + _fsdp_checkpoint(keys)
+
+
+def _fsdp_checkpoint(keys: dict[str, Any]) -> list[Finding]:
+    fsdp = [k for k in ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp") if keys.get(k) is True]
+    paths = [k for k in ("checkpoint.save", "checkpoint.load") if keys.get(k) is not None]
+    fmt = keys.get("checkpoint.ckpt_format", "torch_dist")  # Megatron-LM CheckpointConfig's default
+    if not (fsdp and paths) or fmt == "fsdp_dtensor":
+        return []
+    return [finding(
+        "BRIDGE_FSDP_CKPT_FORMAT",
+        f"{fsdp[0]}=true with {' and '.join(paths)}: Megatron Bridge asserts Megatron-FSDP checkpoints in the "
+        f"fsdp_dtensor format, and checkpoint.ckpt_format is {fmt}.",
+        "Set checkpoint.ckpt_format=fsdp_dtensor (or drop checkpoint.save/load).",
+        [fsdp[0], *paths, "checkpoint.ckpt_format"],
+    )]  # fmt: skip
 
 
 def megatron_checks(values: dict[str, list[str]]) -> list[Finding]:
