@@ -29,7 +29,7 @@ from .specs import ModelSpec
 CONVERTER_TITLES = {
     "deepseek_v3": ("DeepSeek-V3, Kimi-K2, Moonlight", "MLA",
                     "megatron/bridge/models/deepseek/deepseek_v3_bridge.py, megatron/bridge/models/kimi/kimi_bridge.py"),
-    "qwen3_moe": ("Qwen3 MoE (30B-A3B, 235B-A22B; Qwen3-VL MoE's language model)", "GQA",
+    "qwen3_moe": ("Qwen3 MoE (30B-A3B, 235B-A22B) and Qwen3-VL MoE's language model", "GQA",
                   "megatron/bridge/models/qwen/qwen3_moe_bridge.py, megatron/bridge/models/qwen_vl/qwen3_vl_bridge.py"),
     "qwen3_next": ("Qwen3-Next-80B-A3B", "GQA + Gated DeltaNet", "megatron/bridge/models/qwen/qwen3_next_bridge.py"),
     "gpt_oss": ("gpt-oss-20b, gpt-oss-120b", "GQA + sliding window", "megatron/bridge/models/gpt_oss/gpt_oss_bridge.py"),
