@@ -113,3 +113,58 @@ def test_every_offline_config_names_its_source():
         source = json.loads((folder / "source.json").read_text())
         assert source["model_id"].replace("/", "--") == folder.name and source["source"]
         json.loads((folder / "config.json").read_text())
+
+
+# ------------------------------------------------------------------ issue 23: what upstream accepts is accepted
+
+ISSUE_ENTRIES = {  # the launches the issue found refused, each as the corpus stores it
+    "bridge": [
+        "bridge/perf_recipes.deepseek.h100.deepseek_v3.deepseek_v3_pretrain_1024gpu_h100_bf16_config",
+        "bridge/perf_recipes.qwen.b200.qwen3_moe.qwen3_235b_a22b_pretrain_256gpu_b200_bf16_config",
+        "bridge/perf_recipes.qwen.b200.qwen3_moe.qwen3_next_80b_a3b_pretrain_64gpu_b200_bf16_config",
+        "bridge/recipes.moonlight.h100.moonlight_16b.moonlight_16b_pretrain_16gpu_h100_bf16_config",
+        "bridge/recipes.nemotronh.h100.nemotron_3_nano.nemotron_3_nano_sft_8gpu_h100_bf16_config",
+        "bridge/recipes.deepseek.h100.deepseek_v2.deepseek_v2_pretrain_128gpu_h100_bf16_config",
+        "bridge/perf_recipes.gpt_oss.b200.gpt_oss.gpt_oss_120b_pretrain_64gpu_b200_bf16_config",
+    ],
+    "megatron-lm": [
+        "lm/moe/gpt3_mcore_tp2_pp2_ep2_te_4experts2parallel",
+        "lm/moe/gpt3_mcore_te_tp2_pp1_te_8experts2parallel_top2router",
+    ],
+}
+
+
+_ISSUE_KEYS = ("train.manual_gc_eval=", "model.rotary_base=", "model.q_lora_rank=")
+
+
+def test_the_issue_values_are_among_the_stored_recipes():
+    """train.manual_gc_eval=100 on a bool field, a float rotary_base on an int field, q_lora_rank=null: the
+    values the issue found refused are what Bridge's recipes set."""
+    items = {o for i in ISSUE_ENTRIES["bridge"] for e in corpus.load("bridge")["entries"] if e["id"] == i
+             for o in e["overrides"] if o.startswith(_ISSUE_KEYS)}  # fmt: skip
+    assert {"train.manual_gc_eval=100", "model.rotary_base=1000000.0", "model.q_lora_rank=null"} <= items
+
+
+@pytest.mark.parametrize(
+    ("source", "entry_id"),
+    [(s, i) for s, ids in ISSUE_ENTRIES.items() for i in ids],
+    ids=lambda x: x.split(".")[-1],
+)
+def test_launches_upstream_accepts_lint_clean(source, entry_id):
+    entry = next(e for e in corpus.load(source)["entries"] if e["id"] == entry_id)
+    assert entry["verdict"]["status"] == "accepted"  # Bridge's / Megatron-LM's own validation, stored
+    if entry["kind"] == "bridge":
+        entry = {**entry, "model": corpus.lint_model(entry)}
+    result = lint_entry(entry)
+    assert not isinstance(result, Exception), result
+    assert [f.code for f in result.findings if f.severity == "error"] == []
+    if entry["kind"] == "bridge":  # the recipe's own values, kept unconverted as Bridge keeps them
+        unread = [o.split("=")[0] for o in entry["overrides"] if o.startswith(_ISSUE_KEYS)]
+        assert set(unread) <= set(result.not_checked)
+    else:  # no FFN flags: validate_args' 4 x hidden (512 -> 2048) for the dense and the expert FFN
+        derived = result.effective_config["derived"]
+        assert (
+            derived["--ffn-hidden-size"]["value"]
+            == derived["--moe-ffn-hidden-size"]["value"]
+            == 4 * int(entry["argv"][entry["argv"].index("--hidden-size") + 1])
+        )
