@@ -55,6 +55,12 @@ DIFFUSION = (
 )
 
 
+def local_paths_out(text: str) -> str:
+    """A message without this machine's folders (the wheel's and the offline configs'), so the data is stable."""
+    bridge = Path(importlib.import_module("megatron.bridge.recipes").__file__).resolve().parents[3]
+    return text.replace(str(bridge) + "/", "").replace(str(bridge_env.HF_DIR), "conformance/corpus/hf")
+
+
 def recipe_functions() -> dict[str, Any]:
     """qualified name -> function, for every complete recipe (``_<N>gpu_<gpu>_`` in its name) outside the
     diffusion packages (FLUX builds its 12B model's buffers and takes minutes on a CPU)."""
@@ -211,7 +217,7 @@ def build(name: str, fn: Any) -> dict[str, Any]:
         entry["not_built"] = str(exc)
         return entry
     except Exception as exc:  # the recipe itself fails on a CPU (it needs a download, a kernel, ...)
-        entry["not_built"] = f"the recipe raises {type(exc).__name__}: {str(exc)[:200]}"
+        entry["not_built"] = f"the recipe raises {type(exc).__name__}: {local_paths_out(str(exc))[:200]}"
         return entry
     experts = getattr(cfg.model, "num_moe_experts", None)
     entry["moe"] = bool(experts)
