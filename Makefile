@@ -44,7 +44,7 @@ RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name
 	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
 	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
-.PHONY: run test fuzz check-node lint clean conformance evals evals-check bench-check
+.PHONY: run test fuzz check-node lint clean conformance corpus evals evals-check bench-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +113,7 @@ $(CONF)/.ready: Makefile
 	rm -rf $(CONF)/venv $(CONF)/dl $(CONF)/mcore $(CONF)/bridge
 	$(PYTHON) -m venv $(CONF)/venv
 	$(CONF_PIP) install torch==2.13.0 numpy 'packaging>=24.2' einops pydantic pyyaml
+	$(CONF_PIP) install transformers==5.12.1 hydra-core==1.3.2 omegaconf==2.3.0
 	$(CONF_PIP) download $(MCORE_WHEEL) $(BRIDGE_WHEEL) --no-deps --python-version 3.12 --only-binary=:all: -d $(CONF)/dl
 	$(CONF_PY) -m zipfile -e $(CONF)/dl/megatron_core-*.whl $(CONF)/mcore
 	$(CONF_PY) -m zipfile -e $(CONF)/dl/megatron_bridge-*.whl $(CONF)/bridge
@@ -120,6 +121,13 @@ $(CONF)/.ready: Makefile
 
 conformance: $(CONF)/.ready
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+
+# Regenerate the corpus of upstream launches (conformance/corpus/data) and upstream's verdicts: the Bridge recipes
+# from the wheel, the Megatron-LM functional tests and ModelZoo launches from git folders when given
+# (MEGATRON_LM_REPO=<NVIDIA/Megatron-LM with core_r0.19.0> MODELZOO_REPO=<yanring/Megatron-MoE-ModelZoo>).
+corpus: $(CONF)/.ready
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.build --megatron $(CONF)/mcore --bridge $(CONF)/bridge
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

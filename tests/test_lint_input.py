@@ -58,10 +58,10 @@ def lint(**kw):
         ({"bridge_overrides": "model.tensor_model_parallel_size=two"},
          "model.tensor_model_parallel_size='two' is a string, but model.tensor_model_parallel_size takes an integer"),
         ({"bridge_overrides": "model.tensor_model_parallel_size=2.0"}, "=2.0 is a float, but"),
-        ({"bridge_overrides": "train.train_iters=1e3"}, "train.train_iters=1000.0 is a float, but"),
         ({"bridge_overrides": "model.moe_grouped_gemm=yes"}, "'yes' is a string, but model.moe_grouped_gemm takes true or false"),
         ({"bridge_overrides": "model.tensor_model_parallel_size=null"}, "takes an integer and cannot be null"),
-        ({"config": {"train": {"train_iters": "ten"}}}, "config: train.train_iters='ten' is a string"),
+        ({"config": {"model": {"tensor_model_parallel_size": "ten"}}},
+         "config: model.tensor_model_parallel_size='ten' is a string"),
         ({"config": "{}"}, "config has no ConfigContainer section"),
     ],
 )  # fmt: skip

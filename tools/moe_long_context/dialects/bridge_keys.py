@@ -24,7 +24,7 @@ def bridge_sections() -> dict[str, dict[str, str]]:
 
 
 @cache
-def _free_sections() -> frozenset[str]:
+def free_sections() -> frozenset[str]:
     data = json.loads(resources.files(__package__).joinpath("bridge_keys.json").read_text())
     return frozenset(data["free_sections"])
 
@@ -43,7 +43,7 @@ def unknown_bridge_key(key: str) -> tuple[bool, str | None]:
     section = parts[0]
     if section not in sections:
         return True, _closest(key)
-    if len(parts) == 1 or section in _free_sections():
+    if len(parts) == 1 or section in free_sections():
         return False, None
     if parts[1] in sections[section]:
         return False, None

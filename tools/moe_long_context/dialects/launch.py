@@ -14,6 +14,8 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
+from .launch_checks import bridge_checks, megatron_checks
+from .lm_derived import derive_ffn_sizes
 from .tables import ParsedScript, dialect_table, megatron_flags
 
 
@@ -27,6 +29,9 @@ class Understood:
     architecture: dict[str, Any] = field(default_factory=dict)  # as Hugging Face config.json keys
     num_gpus: int | None = None
     problems: list[str] = field(default_factory=list)  # values that could not be read
+    derived: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # flag -> value and rule, as validate_args
 
     def set(self, name: str, value: Any, source: str) -> None:
         self.fields[name] = value
@@ -160,6 +165,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             )
         )
     _megatron_semantics(u, values)
+    u.notes += megatron_checks(values)
     # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
     is_script = bool(parsed.env or parsed.launcher_tokens)
     for var, rule in table["environment"].items():
@@ -194,7 +200,6 @@ _LEGACY_GRAPH_FLAGS = {"--enable-cuda-graph": "local", "--external-cuda-graph": 
 
 def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
     """What validate_args derives from the flags as a whole (so flag order never matters)."""
-    arch = u.architecture
     if "--mtp-num-layers" in values and "mtp_num_layers" not in u.fields:
         u.fields["mtp_num_layers"] = (
             None  # given but not read (a shell variable): the model's own count stands
@@ -208,16 +213,25 @@ def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
                 ["--micro-batch-size"],
             )
         )
-    experts = arch.get("num_experts")
-    if experts and "moe_intermediate_size" not in arch and "intermediate_size" in arch:
-        arch["moe_intermediate_size"] = arch["intermediate_size"]  # LM arguments.py:1595-1597
+    derive_ffn_sizes(u, values)
+    uneven = [
+        f
+        for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+        if f in values
+    ]
+    if (
+        uneven
+        and "--num-layers-per-virtual-pipeline-stage" in values
+        and not ({"--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout"} & set(values))
+    ):
         u.notes.append(
             finding(
-                "MOE_FFN_FROM_FFN",
-                f"--moe-ffn-hidden-size is not given: Megatron-LM uses --ffn-hidden-size "
-                f"({arch['intermediate_size']}) for the experts.",
-                "Give --moe-ffn-hidden-size if the experts are narrower than the dense FFN.",
-                ["--ffn-hidden-size"],
+                "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT",
+                f"--num-layers-per-virtual-pipeline-stage with {' and '.join(uneven)}: Megatron-LM asserts that "
+                "an uneven pipeline split gives its VPP degree as --num-virtual-stages-per-pipeline-rank.",
+                "Replace --num-layers-per-virtual-pipeline-stage N with --num-virtual-stages-per-pipeline-rank "
+                "(the number of model chunks per pipeline rank).",
+                ["--num-layers-per-virtual-pipeline-stage", *uneven],
             )
         )
     legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
@@ -383,6 +397,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
         elif not (_special_bridge_more(u, key, keys) or _special_bridge(u, key, value, keys)):
             u.not_checked.append(key)
     _bridge_graph_switches(u, keys)
+    u.notes += bridge_checks(keys)
     return u
 
 

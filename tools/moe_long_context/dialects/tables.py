@@ -507,4 +507,13 @@ def render_megatron(tokens: list[str], per_line: bool = True) -> str:
 
 
 def render_bridge(items: Mapping[str, Any]) -> list[str]:
-    return [f"{key}={hydra_value(value)}" for key, value in items.items()]
+    """Override items as Hydra reads them. Bridge applies them in Hydra's struct mode, which refuses a key the
+    container does not have yet unless it is added: a key of a free section (env_vars) or below a field (a dict
+    such as dataset.dataset_kwargs.x) is written ``++key=value``, Hydra's add-or-override."""
+    return [f"{'++' if _added(key) else ''}{key}={hydra_value(value)}" for key, value in items.items()]
+
+
+def _added(key: str) -> bool:
+    from .bridge_keys import free_sections
+
+    return key.count(".") >= 2 or key.split(".", 1)[0] in free_sections()

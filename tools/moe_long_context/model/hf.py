@@ -29,7 +29,8 @@ from .specs import ModelSpec
 CONVERTER_TITLES = {
     "deepseek_v3": ("DeepSeek-V3, Kimi-K2, Moonlight", "MLA",
                     "megatron/bridge/models/deepseek/deepseek_v3_bridge.py, megatron/bridge/models/kimi/kimi_bridge.py"),
-    "qwen3_moe": ("Qwen3 MoE (30B-A3B, 235B-A22B)", "GQA", "megatron/bridge/models/qwen/qwen3_moe_bridge.py"),
+    "qwen3_moe": ("Qwen3 MoE (30B-A3B, 235B-A22B) and Qwen3-VL MoE's language model", "GQA",
+                  "megatron/bridge/models/qwen/qwen3_moe_bridge.py, megatron/bridge/models/qwen_vl/qwen3_vl_bridge.py"),
     "qwen3_next": ("Qwen3-Next-80B-A3B", "GQA + Gated DeltaNet", "megatron/bridge/models/qwen/qwen3_next_bridge.py"),
     "gpt_oss": ("gpt-oss-20b, gpt-oss-120b", "GQA + sliding window", "megatron/bridge/models/gpt_oss/gpt_oss_bridge.py"),
     "mixtral": ("Mixtral-8x7B, Mixtral-8x22B", "GQA", "none"),
@@ -47,10 +48,15 @@ FAMILY_BY_MODEL_TYPE = {
     "deepseek_v3": "deepseek_v3",
     "kimi_k2": "deepseek_v3",
     "qwen3_moe": "qwen3_moe",
+    "qwen3_vl_moe": "qwen3_moe",
     "qwen3_next": "qwen3_next",
     "gpt_oss": "gpt_oss",
     "mixtral": "mixtral",
 }
+# Vision-language model types whose language model (under text_config) a converter family reads: Bridge's
+# Qwen3VLMoe bridge builds it from text_config as a Qwen3 MoE (models/qwen_vl/qwen3_vl_bridge.py:232-262);
+# the vision tower is not modelled.
+TEXT_CONFIG_MODEL_TYPES = {"qwen3_vl_moe"}
 
 
 # config.json keys the converters compute with (multiply, divide, count layers) before ModelSpec validates
@@ -265,6 +271,7 @@ def supported_model_types() -> list[str]:
 CONVERTER_ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen3VLMoeForConditionalGeneration": "qwen3_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
     "GptOssForCausalLM": "gpt_oss",
     "MixtralForCausalLM": "mixtral",
@@ -376,7 +383,8 @@ def spec_from_hf_config(
         raise refuse_model_type(model_type)
     if hf_repo:
         origin = f"https://huggingface.co/{hf_repo}/blob/main/config.json"
-    if family_table().get(family, {}).get("text_config") and isinstance(cfg.get("text_config"), Mapping):
+    vlm = family_table().get(family, {}).get("text_config") or model_type in TEXT_CONFIG_MODEL_TYPES
+    if vlm and isinstance(cfg.get("text_config"), Mapping):
         cfg = dict(language_config(cfg))
         origin = f"{origin} text_config"
     _check_arithmetic_keys(cfg)

@@ -369,6 +369,8 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
     effective["model"] = first.model.id
     # values in effect after the framework's own resolution
     effective.update(vpp=ctx.vpp, etp=ctx.etp, sequence_parallel=ctx.sequence_parallel)
+    if first.u.derived:  # flags the launch leaves out and Megatron-LM's validate_args fills in
+        effective["derived"] = first.u.derived
     if dialect == "config":
         corrected: Any = final.parsed
     elif dialect == "bridge":
@@ -532,16 +534,31 @@ def _rename_code(dialect: str, name: str) -> str:
     """The rule a rename or removal of a flag (key) repairs."""
     if dialect != "megatron-lm":
         return "BRIDGE_UNKNOWN_KEY"
-    return "LM_CUDA_GRAPH_SCOPE_AND_MODULES" if name == "--cuda-graph-scope" else "LM_UNKNOWN_FLAG"
+    return _RENAME_CODES.get(name, "LM_UNKNOWN_FLAG")
+
+
+_VSTAGE = "--num-layers-per-virtual-pipeline-stage"
+_UNEVEN = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}
+_VPP_GIVEN = {"--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout"}
+_RENAME_CODES = {
+    "--cuda-graph-scope": "LM_CUDA_GRAPH_SCOPE_AND_MODULES",
+    _VSTAGE: "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT",
+}
 
 
 def _unknown_flag_fixes(parsed: ParsedScript) -> dict[str, str | None]:
     """Unknown flags -> their close known spelling (when not already given), or None to drop them; and the
-    deprecated --cuda-graph-scope dropped where --cuda-graph-modules is also given (arguments.py:615-618)."""
+    deprecated --cuda-graph-scope dropped where --cuda-graph-modules is also given (arguments.py:615-618); and
+    --num-layers-per-virtual-pipeline-stage dropped beside an uneven split (arguments.py:919-922), which leaves
+    the pipeline without interleaving (the VPP degree it meant is not in the launch)."""
     given = {item.flag for item in parsed.items}
     out: dict[str, str | None] = {}
     if {"--cuda-graph-scope", "--cuda-graph-modules"} <= given:
         out["--cuda-graph-scope"] = None
+    if (
+        _VSTAGE in given and given & _UNEVEN and not given & _VPP_GIVEN
+    ):  # arguments.py:919-922: no interleaving
+        out[_VSTAGE] = None
     for flag in parsed.unknown:
         close = difflib.get_close_matches(flag, list(megatron_flags()), n=1, cutoff=0.75)
         out[flag] = close[0] if close and close[0] not in given else None

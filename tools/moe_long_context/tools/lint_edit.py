@@ -59,6 +59,8 @@ def _env_assignments(changed: dict[str, Any], parsed: ParsedScript) -> dict[str,
         current = parsed.env.get(var, "")
         if "false_when" in rule:
             out[var] = rule["false_when"] if value is False else "1"
+        elif "true_when" in rule:
+            out[var] = rule["true_when"] if value else "0"
         elif "true_when_contains" in rule:
             on = rule["true_when_contains"]
             off = on.replace("True", "False")

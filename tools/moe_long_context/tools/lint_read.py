@@ -11,6 +11,7 @@ from typing import Any
 
 from ..dialects.argcheck import check_megatron_arguments
 from ..dialects.bridge_keys import bridge_value_problem, layout_from_list, unknown_bridge_key
+from ..dialects.bridge_read import engine_reads
 from ..dialects.launch import Understood, understand_bridge, understand_megatron
 from ..dialects.shell import quote
 from ..dialects.tables import flatten_config, load_config_object, parse_bridge_overrides, parse_megatron_args
@@ -89,7 +90,16 @@ def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
 
 
 def _refuse_wrong_types(name: str, keys: dict[str, Any]) -> None:
+    """Refuse a value the engine reads that Bridge would keep but cannot run with (a string TP, a null EP).
+
+    Bridge applies overrides with no conversion or type check (training/utils/omegaconf_utils.py: OmegaConf
+    from a plain dict, Hydra's OverridesParser, then setattr), so a key the engine does not read keeps
+    whatever value it is given, as the recipes themselves do (train.manual_gc_eval=100 on a bool field,
+    model.rotary_base=1000000.0 on an int one, model.q_lora_rank=null): those are accepted unread.
+    """
     for key, value in keys.items():
+        if not engine_reads(key):
+            continue
         problem = bridge_value_problem(key, value)
         if problem:
             raise InputError.plain(f"{name}: {key}={value!r} is {problem}")

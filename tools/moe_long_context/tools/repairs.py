@@ -228,6 +228,7 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     },
     "GRAPH_EP_OVERLAP_MODULES": _without("cuda_graph_modules", "moe", "mlp"),
     "GRAPH_EXPANDABLE_SEGMENTS": lambda ctx: {"nccl_graph_register": False},
+    "OFFLOAD_ENV_MISSING": lambda ctx: {"nvte_cpu_offload_v1": True},
     "GRAPH_STATIC_SHAPES": lambda ctx: {"variable_seq_lengths": False},
     "GRAPH_PACKED_PAD_TO_MAX": lambda ctx: {"pad_to_max_length": True},
     "GRAPH_PACKED_CU_SEQLENS": lambda ctx: {"pad_to_max_length": True, "pad_cu_seqlens": True},
