@@ -108,6 +108,7 @@ $(CONF)/.ready: Makefile
 	touch $@
 
 conformance: $(CONF)/.ready
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.inventory_check --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 
 clean:
