@@ -47,6 +47,8 @@ class Check:
     keys: tuple[str, ...]  # every key the guard and the test read
     when: tuple[str, ...]  # the keys that decide whether it applies: the guard's (the test's when unguarded)
     test_keys: tuple[str, ...]  # the keys the asserted test reads (as set, not as validate_args derived them)
+    parts: tuple[tuple[str, ...], ...]  # the keys of each conjunct of the guard, outermost first
+    values: tuple[tuple[str, str, tuple], ...]  # guard conjuncts on one key's value: (key, in|not_in, values)
     fingerprint: str
 
     def record(self) -> dict:
@@ -359,6 +361,49 @@ def _walk(stmts: list[ast.stmt], guard: list[ast.expr], where: list[int]) -> Ite
             yield from _walk(st.body, [], [])
 
 
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    """The top-level conjuncts of a condition: ``a and (b or c)`` -> [a, b or c]."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [p for v in test.values for p in _conjuncts(v)]
+    return [test]
+
+
+def _constant(node: ast.expr) -> tuple | None:
+    """A constant or a tuple/list/set of constants, as a tuple of values; else None."""
+    if isinstance(node, ast.Constant):
+        return (node.value,)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and all(
+        isinstance(e, ast.Constant) for e in node.elts
+    ):
+        return tuple(e.value for e in node.elts)
+    return None
+
+
+def _value_test(part: ast.expr, reader: KeyReader) -> tuple[str, str, tuple] | None:
+    """A guard conjunct that tests one configuration key against constants: (key, 'in' | 'not_in', values);
+    a bare key is ('key', 'in', (True,)) and its negation ('key', 'not_in', (True,)) (truthiness)."""
+    negate = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
+    node = part.operand if negate else part
+    if isinstance(node, ast.Attribute) and (key := reader._chain(node)):
+        return key, "not_in" if negate else "in", (True,)
+    if (
+        negate
+        or not isinstance(node, ast.Compare)
+        or len(node.ops) != 1
+        or not isinstance(node.left, ast.Attribute)
+    ):
+        return None
+    key, values = reader._chain(node.left), _constant(node.comparators[0])
+    if key is None or values is None or None in values:
+        return None
+    op = node.ops[0]
+    if isinstance(op, (ast.Eq, ast.In)):
+        return key, "in", values
+    if isinstance(op, (ast.NotEq, ast.NotIn)):
+        return key, "not_in", values
+    return None
+
+
 def _normal(node: ast.AST | None) -> str:
     return ast.unparse(node) if node is not None else ""
 
@@ -404,6 +449,10 @@ def function_checks(
                 keys=tuple(sorted(keys)),
                 when=tuple(sorted(guard_keys or reader.keys(test, derived=False))),
                 test_keys=tuple(sorted(reader.keys(test, derived=False))),
+                parts=tuple(
+                    tuple(sorted(reader.keys(p, derived=False))) for g in guard for p in _conjuncts(g)
+                ),
+                values=tuple(v for c in guard for p in _conjuncts(c) if (v := _value_test(p, reader))),
                 fingerprint=fingerprint(kind, g, t, m),
             )
         )

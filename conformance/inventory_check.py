@@ -167,8 +167,9 @@ def dump(classification: dict) -> str:
 def _te_from_snapshot() -> list[Check]:
     records = json.loads(TE_SNAPSHOT.read_text())["checks"]
     return [Check(**{**r, "keys": tuple(r["keys"]), "when": tuple(r["when"]), "test_keys": tuple(r["test_keys"]),
-                     "guard": "", "test": "", "message": "(TE source not read: from the stored snapshot)"})
-            for r in records]  # fmt: skip
+                     "parts": tuple(tuple(p) for p in r["parts"]), "guard": "", "test": "",
+                     "values": tuple((k, op, tuple(v)) for k, op, v in r["values"]),
+                     "message": "(TE source not read: from the stored snapshot)"}) for r in records]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,3 +219,21 @@ def test_the_scope_names_every_file_of_the_classification():
 @pytest.mark.parametrize("status", STATUSES)
 def test_each_status_is_used(status):
     assert any(c.status == status for c in CHECKS)
+
+
+def test_the_cli_lists_the_inventory(capsys):
+    """moe-lc rules --upstream [--json] [--status]: every check with {file, line, function, message, status, rule,
+    reason}; none unclassified; a rule for each modelled one, a reason for each one that does not apply."""
+    from moe_long_context.cli import main
+
+    assert main(["rules", "--upstream", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(CHECKS) and {r["status"] for r in rows} == set(STATUSES)
+    assert {"file", "line", "function", "message", "status", "rule", "reason"} <= set(rows[0])
+    assert all(r["rule"] for r in rows if r["status"] == "modelled")
+    assert all(r["reason"] for r in rows if r["status"] == "not_applicable")
+    assert main(["rules", "--upstream", "--status", "not_modelled"]) == 0
+    text = capsys.readouterr().out
+    c = next(c for c in CHECKS if c.status == "not_modelled")
+    assert f"{c.source}  [not_modelled]" in text and c.requires in text
+    assert text.splitlines()[0].startswith(f"{sum(c.status == 'modelled' for c in CHECKS)} of the ")

@@ -14,6 +14,8 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
+from .conflicts import bridge_conflicts, megatron_conflicts
+from .lm_args import LM_ONLY_FLAGS, runs_pretrain
 from .tables import ParsedScript, dialect_table, megatron_flags
 
 
@@ -126,16 +128,25 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             else:
                 u.architecture["first_k_dense_replace"] = dense
             continue
-        if flag in ("--experimental-attention-variant", "--hybrid-layer-pattern") and vals:
+        if (
+            flag
+            in ("--experimental-attention-variant", "--hybrid-layer-pattern", "--position-embedding-type")
+            and vals
+        ):
             u.architecture[flag] = vals[0]  # tells DSA and hybrid models from their dense-attention twins
             continue
-        if flag in (
-            "--multi-latent-attention",
-            "--group-query-attention",
-            "--untie-embeddings-and-output-weights",
-            "--qk-layernorm",
-            "--add-qkv-bias",
-            "--moe-shared-expert-gate",
+        if (
+            flag
+            in (
+                "--multi-latent-attention",
+                "--group-query-attention",
+                "--untie-embeddings-and-output-weights",
+                "--qk-layernorm",
+                "--add-qkv-bias",
+                "--moe-shared-expert-gate",
+                "--use-rotary-position-embeddings",  # these two are judged with --mtp-num-layers (dialects/conflicts.py)
+                "--no-position-embedding",
+            )
         ):
             u.architecture[flag] = True
             continue
@@ -148,7 +159,10 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             continue
         if _special_megatron(u, flag, vals, values) or _special_megatron_more(u, flag, values):
             continue
-        u.not_checked.append(flag)
+        if (
+            flag not in LM_ONLY_FLAGS
+        ):  # read by validate_args checks on the flags themselves (dialects/lm_args.py)
+            u.not_checked.append(flag)
     if "--cuda-graph-scope" in values and "--cuda-graph-modules" in values:
         u.notes.append(
             finding(
@@ -160,6 +174,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             )
         )
     _megatron_semantics(u, values)
+    u.notes += [c.finding for c in megatron_conflicts(values, runs_pretrain(parsed.launcher_tokens))]
     # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
     is_script = bool(parsed.env or parsed.launcher_tokens)
     for var, rule in table["environment"].items():
@@ -383,6 +398,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
         elif not (_special_bridge_more(u, key, keys) or _special_bridge(u, key, value, keys)):
             u.not_checked.append(key)
     _bridge_graph_switches(u, keys)
+    u.notes += [c.finding for c in bridge_conflicts(keys)]
     return u
 
 

@@ -91,3 +91,15 @@ class Checked(BaseModel):
         description="Upstream checks that apply to MoE training; the rest of them are not modelled and, when the "
         "configuration reaches one, listed under not_checked."
     )
+
+
+class Judged(BaseModel):
+    """The coverage fields of every judging result: what it could not check, and what a clean result covers."""
+
+    not_checked: list[NotChecked] = Field(
+        description="Upstream checks the configuration reaches that no rule of the engine models (file:line and "
+        "what each requires): unverified, not approved. Empty when every check it reaches is modelled."
+    )
+    checked: Checked = Field(
+        description="Rules run and the upstream checks they model: what a result without errors covers."
+    )

@@ -6,6 +6,8 @@ import json
 import shlex
 from typing import Any
 
+from ..faces.summary import not_checked_lines
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, list):
@@ -147,10 +149,7 @@ def write_lint(r: dict[str, Any]) -> list[str]:
     if rest:
         lines.append("- Not errors (warnings and notes the engine reports):")
         lines += ["  " + line for line in findings_lines(rest)]
-    if r["not_checked"]:
-        lines.append(
-            "- Not checked (the engine does not model them): " + ", ".join(f"`{n}`" for n in r["not_checked"])
-        )
+    lines += not_checked_lines(r)
     if r["fixes"]:
         lines.append(
             "- Repairs: " + "; ".join(f"{x['code']}: {_settings_text(x['settings'])}" for x in r["fixes"])

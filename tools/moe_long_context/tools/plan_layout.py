@@ -12,7 +12,10 @@ Every plan returned passes the engine's rules with no error and fits its GPU's m
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
+from ..engine.config import TrainingConfig
+from ..engine.rules.upstream import coverage
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..engine.step_time import STATED_ERROR
 from ..errors import InputError
@@ -169,7 +172,15 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             *PERF_ASSUMPTIONS,
         ],
         findings=[],
+        **coverage(_inputs(req, model), model),
     )
+
+
+def _inputs(req: PlanLayoutRequest, model: Any) -> TrainingConfig:
+    """The request's own settings as a configuration (what not_checked is about: the plans are the engine's)."""
+    given = {k: getattr(req, k) for k in ("precision", "dispatcher", "gbs") if getattr(req, k) is not None}
+    return TrainingConfig(model=model.id if model.id != "custom" else req.model, num_gpus=req.num_gpus,
+                          seq_len=req.seq_len, launcher=req.launcher, **given)  # fmt: skip
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:

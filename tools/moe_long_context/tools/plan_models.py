@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
-from ..engine.findings import Finding
+from ..engine.findings import Finding, Judged
 
 MAX_EVALUATED = 40  # full evaluations (rules + memory + recompute + time) per request at most
 
@@ -47,7 +47,7 @@ class PlanLayoutRequest(_Args):
         default=0.05,
         ge=0.0,
         le=0.5,
-        description="Share of usable HBM every plan leaves free (default 0.05 = 5 %), on top of the overhead.",
+        description="Share of usable HBM every plan leaves free (0.05 = 5 %) on top of the overhead.",
     )
     launcher: str = Field(default="bridge", description="bridge or megatron-lm (which checks apply).")
     top_n: int = Field(default=5, ge=1, le=20, description="How many plans to return.")
@@ -112,7 +112,7 @@ class ReferenceComparison(BaseModel):
     verdict: str = Field(description="Why the top plan is (or is not) preferred, by the step-time terms.")
 
 
-class PlanLayoutResult(BaseModel):
+class PlanLayoutResult(Judged):
     def render_text(self) -> str:
         """A compact summary for people: one line per plan, then each plan's reasons and overrides."""
         lines = [

@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
 
+from ...model.specs import ModelSpec
 from ..config import TrainingConfig
 from ..findings import Checked, NotChecked
 from .table import rule_table
@@ -47,6 +49,24 @@ class UpstreamCheck:
     when: tuple[str, ...]
     keys: tuple[str, ...]
     requires: str
+    only: tuple[
+        tuple[str, str, tuple], ...
+    ] = ()  # guard conditions on a key's value: (key, in|not_in, values)
+
+    def excluded_by(self, values: Mapping[str, Any]) -> bool:
+        """True when a known value makes the guard false, so the check does not apply (unknown values never do)."""
+        for key, op, allowed in self.only:
+            name = leaf(key)
+            if name not in values or isinstance(values[name], list | dict):
+                continue
+            value = values[name]
+            if tuple(allowed) == (True,):
+                hit = value not in (None, False, 0, "", "false", "False", "0", "none", "None")
+            else:
+                hit = str(value).lower() in {str(a).lower() for a in allowed}
+            if hit != (op == "in"):
+                return True
+        return False
 
     @property
     def source(self) -> str:
@@ -88,6 +108,7 @@ def upstream_checks() -> tuple[UpstreamCheck, ...]:
                     when=tuple(c.get("when", ())),
                     keys=tuple(c.get("keys", ())),
                     requires=c["requires"],
+                    only=tuple((k, op, tuple(v)) for k, op, v in c.get("only", ())),
                 )
             )
     return tuple(out)
@@ -113,14 +134,35 @@ def key_names(written: str) -> set[str]:
     return {p for i, p in enumerate(parts) if p and not (i == 0 and p in sections and len(parts) > 1)}
 
 
-def request_keys(cfg: TrainingConfig) -> dict[str, str]:
-    """Upstream key -> the request field that sets it (fields away from their default)."""
+def request_values(cfg: TrainingConfig) -> dict[str, Any]:
+    """Upstream key -> its value, for the request fields whose value is the upstream key's own (not the folded
+    ones: the dispatcher, the precision recipe, ...)."""
+    table = _keys_table()
+    return {key: getattr(cfg, name) for name, keys in table["fields"].items() if name not in table["no_values"]
+            for key in keys}  # fmt: skip
+
+
+def request_keys(cfg: TrainingConfig, model: ModelSpec | None = None) -> dict[str, str]:
+    """Upstream key -> the request field that sets it (fields away from their default), and the keys the model's
+    own architecture sets (MLA, DSA, a hybrid pattern, MTP, ...) as "the model's <key>"."""
     out: dict[str, str] = {}
     for name, keys in _keys_table()["fields"].items():
         field = TrainingConfig.model_fields[name]
         if getattr(cfg, name) != field.default:
             for key in keys:
                 out.setdefault(key, name)
+    if model is not None:
+        out.update(model_keys(model))
+    return out
+
+
+def model_keys(model: ModelSpec) -> dict[str, str]:
+    """The upstream keys a model sets by its architecture, each labelled "the model's <key>"."""
+    out: dict[str, str] = {}
+    for attr, keys in _keys_table()["model"].items():
+        if getattr(model, attr, None) not in (None, False, 0, ""):
+            for key in keys:
+                out.setdefault(key, f"the model's {key}")
     return out
 
 
@@ -141,15 +183,19 @@ def _by_when() -> dict[str, tuple[UpstreamCheck, ...]]:
 _OTHER_FRONT_END = {"bridge": "LM", "megatron-lm": "Bridge"}
 
 
-def reached(set_keys: Mapping[str, str], launcher: str) -> list[NotChecked]:
+def reached(
+    set_keys: Mapping[str, str], launcher: str, values: Mapping[str, Any] | None = None
+) -> list[NotChecked]:
     """The not-modelled checks that the set keys (upstream key -> how the request wrote it) reach under the
-    launcher (bridge or megatron-lm), in source order."""
+    launcher (bridge or megatron-lm), in source order; a check whose guard a known value makes false is left out
+    (``values``: upstream key -> value, where the request says it)."""
     hits: dict[str, tuple[UpstreamCheck, list[str]]] = {}
     index = _by_when()
     skip = _OTHER_FRONT_END[launcher]
+    known = {leaf(k): v for k, v in (values or {}).items()}
     for key, written in set_keys.items():
         for check in index.get(leaf(key), ()):
-            if check.repo == skip:
+            if check.repo == skip or check.excluded_by(known):
                 continue
             entry = hits.setdefault(check.id, (check, []))
             if written not in entry[1]:
@@ -161,19 +207,20 @@ def reached(set_keys: Mapping[str, str], launcher: str) -> list[NotChecked]:
     ]
 
 
-def not_checked(cfg: TrainingConfig) -> list[NotChecked]:
+def not_checked(cfg: TrainingConfig, model: ModelSpec | None = None) -> list[NotChecked]:
     """What a judging tool lists under not_checked for a request: the not-modelled upstream checks it reaches."""
-    return reached(request_keys(cfg), cfg.launcher)
+    return reached(request_keys(cfg, model), cfg.launcher, request_values(cfg))
 
 
-def not_checked_written(written: Mapping[str, str], launcher: str) -> list[NotChecked]:
+def not_checked_written(written: Mapping[str, str], launcher: str, values: Mapping[str, Any] | None = None
+                        ) -> list[NotChecked]:  # fmt: skip
     """The same for a launch: upstream key (a flag's dest, an override key's parts, env:NAME) -> the flag or
-    key as written."""
+    key as written, and the values the launch gives them."""
     keys: dict[str, str] = {}
     for name, shown in written.items():
         for key in key_names(name):
             keys.setdefault(key, shown)
-    return reached(keys, launcher)
+    return reached(keys, launcher, {leaf(k): v for k, v in (values or {}).items()})
 
 
 @cache
@@ -185,3 +232,34 @@ def checked() -> Checked:
         upstream=sum(c.status == "modelled" for c in checks),
         applicable=sum(c.applicable for c in checks),
     )
+
+
+def coverage(cfg: TrainingConfig, model: ModelSpec | None = None) -> dict[str, object]:
+    """not_checked and checked for a judging result on this request (splat into the result)."""
+    return {"not_checked": not_checked(cfg, model), "checked": checked()}
+
+
+def inventory_rows(status: str | None = None) -> list[dict[str, Any]]:
+    """Every upstream check as `moe-lc rules --upstream` and moe-lc://rules/upstream give it: where it is, what it
+    requires (our words), its status and the rule codes that model it or the reason it does not apply."""
+    reasons = upstream_reasons()
+    return [
+        {"id": c.id, "file": c.source.rsplit(":", 1)[0], "line": c.line, "function": c.function,
+         "message": c.requires, "status": c.status, "rule": list(c.rules) or None,
+         "reason": reasons[c.reason] if c.reason else None}
+        for c in upstream_checks() if status in (None, c.status)
+    ]  # fmt: skip
+
+
+def coverage_by_file() -> list[dict[str, Any]]:
+    """Per upstream file: checks, modelled, not modelled, not applicable, and the share of applicable ones modelled."""
+    rows: dict[str, dict[str, Any]] = {}
+    for c in upstream_checks():
+        file = c.source.rsplit(":", 1)[0]
+        row = rows.setdefault(file, {"file": file, "checks": 0, **dict.fromkeys(STATUSES, 0)})
+        row["checks"] += 1
+        row[c.status] += 1
+    for row in rows.values():
+        applicable = row["modelled"] + row["not_modelled"]
+        row["modelled_share"] = round(row["modelled"] / applicable, 3) if applicable else None
+    return list(rows.values())
