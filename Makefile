@@ -109,6 +109,7 @@ $(CONF)/.ready: Makefile
 
 conformance: $(CONF)/.ready
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.inventory_check --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.upstream_rules --megatron $(CONF)/mcore --bridge $(CONF)/bridge
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 
 clean:

@@ -520,18 +520,7 @@ def generate(megatron: Path | None, bridge: Path | None, te_repo: Path | None = 
 
 def te_snapshot_records(checks: list[Check]) -> list[dict]:
     """What the repository keeps of TE's checks (no upstream text): enough to compare a classification with."""
-    keep = (
-        "repo",
-        "file",
-        "tag",
-        "line",
-        "end_line",
-        "first_line",
-        "function",
-        "kind",
-        "keys",
-        "when",
-        "test_keys",
-        "fingerprint",
-    )
+    keep = [
+        f for f in Check.__dataclass_fields__ if f not in ("guard", "test", "message")
+    ]  # no upstream text
     return [{k: c.record()[k] for k in keep} for c in checks if c.repo == "TE"]
