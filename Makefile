@@ -120,6 +120,8 @@ $(CONF)/.ready: Makefile
 	touch $@
 
 conformance: $(CONF)/.ready
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.inventory_check --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.upstream_rules --megatron $(CONF)/mcore --bridge $(CONF)/bridge
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 

@@ -3,6 +3,8 @@ answered) in one line that names the field, through the Python API, the CLI and 
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from pydantic import ValidationError
 
@@ -104,7 +106,9 @@ def _command_paths(parser=None, path=()) -> list[tuple[str, ...]]:
     parser = parser or build_parser()
     out = []
     for action in parser._actions:
-        for name, sub in (getattr(action, "choices", None) or {}).items():
+        if not isinstance(action, argparse._SubParsersAction):
+            continue  # an option's choices (moe-lc rules --status) are values, not commands
+        for name, sub in action.choices.items():
             if hasattr(sub, "_actions"):
                 out += [(*path, name), *_command_paths(sub, (*path, name))]
     return sorted(set(out))

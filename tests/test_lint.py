@@ -56,7 +56,8 @@ def test_seed_dsv3_script_lints_clean_and_is_understood():
     assert (eff["tp"], eff["cp"], eff["pp"], eff["vpp"], eff["ep"]) == (1, 32, 8, 4, 32)
     assert eff["precision"] == "fp8-blockwise" and eff["dispatcher"] == "flex-deepep"
     assert eff["optimizer_cpu_offload_fraction"] == 1.0  # Megatron-LM's default fraction
-    assert set(r.not_checked) == {"--lr", "--data-path"}
+    assert {n.keys[0] for n in r.not_checked} == {"--lr", "--data-path"}  # flags no rule reads
+    assert all(n.source is None for n in r.not_checked)
     assert r.fixes == [] and r.remaining_errors == []
     assert "MODEL_RECOGNISED" in [f.code for f in r.findings]
 
@@ -212,7 +213,7 @@ def test_bridge_correction_keeps_unknown_keys_and_order():
     )
     r = lint(bridge_overrides=items, model="qwen3-235b-a22b", gpu="gb200", num_gpus=128)
     assert error_codes(r) == ["RECOMPUTE_UNKNOWN_MODULE"]
-    assert r.not_checked == ["checkpoint.save"]
+    assert [n.keys for n in r.not_checked] == [["checkpoint.save"]]
     assert "model.recompute_modules=[moe_act,layernorm]" in r.corrected
     assert r.corrected[-1] == "checkpoint.save=/ckpt" and len(r.corrected) == len(items)
 

@@ -188,6 +188,7 @@ async def test_resources_serve_the_engine_data():
             MCPError, match="layout_id='dsv3-128k' is not allowed: one of deepseek-v3-128k-h100"
         ):
             await read("moe-lc://layouts/dsv3-128k")
+        upstream = json.loads(await read("moe-lc://rules/upstream"))
         with pytest.raises(MCPError, match="did you mean 'deepseek-v3'"):
             await read("moe-lc://catalog/models/dsv9")
         with pytest.raises(MCPError, match=r"DeepSeek-V4 cannot run on Megatron Core 0\.19\.2"):
@@ -196,12 +197,15 @@ async def test_resources_serve_the_engine_data():
         "moe-lc://catalog/models",
         "moe-lc://catalog/gpus",
         "moe-lc://rules",
+        "moe-lc://rules/upstream",
         "moe-lc://layouts",
         "moe-lc://skill",
     }
     assert templates == {"moe-lc://catalog/models/{model_id}", "moe-lc://layouts/{layout_id}"}
     assert seed == next(lay.config for lay in representative_layouts() if lay.id == "deepseek-v3-128k-h100")
     assert [r["code"] for r in rules] == list(rule_table())
+    assert {"file", "line", "function", "message", "status", "rule", "reason"} <= set(upstream["checks"][0])
+    assert upstream["checked"]["upstream"] == sum(c["status"] == "modelled" for c in upstream["checks"])
     assert {"code", "severity", "source", "family", "title", "when"} <= set(rules[0])
     assert [lay["id"] for lay in layouts] == [lay.id for lay in representative_layouts()]
     assert "deepseek-v3" in {m["id"] for m in models} and "gb200" in {g["id"] for g in gpus}

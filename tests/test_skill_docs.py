@@ -491,7 +491,8 @@ def _cli_options(parser) -> set[str]:
     """Every option string of the moe-lc CLI and its sub-commands."""
     options = {s for action in parser._actions for s in action.option_strings}
     for action in parser._actions:
-        for sub in (getattr(action, "choices", None) or {}).values():
+        choices = getattr(action, "choices", None)
+        for sub in choices.values() if isinstance(choices, dict) else ():
             if hasattr(sub, "_actions"):
                 options |= _cli_options(sub)
     return options

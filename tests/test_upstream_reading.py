@@ -33,7 +33,7 @@ def test_values_bridge_keeps_unconverted_are_accepted(item, key, value):
     assert parse_bridge_overrides(item)[key] == value  # the value Bridge would setattr
     r = lint(model="deepseek-v3", num_gpus=16, bridge_overrides=f"model.expert_model_parallel_size=16 {item}")
     assert r.valid and not [f for f in r.findings if f.severity == "error"]
-    assert key in r.not_checked  # accepted as written, not read by the engine
+    assert key in [k for n in r.not_checked for k in n.keys]  # accepted as written, not read by the engine
 
 
 def test_the_three_recipe_values_together_lint_clean():
@@ -90,7 +90,7 @@ def test_group_query_attention_without_a_count_uses_argparse_default_one_group()
     assert r.effective_config["derived"]["--num-query-groups"]["value"] == 1
 
 
-# ------------------------------------------------------------------ LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT
+# ------------------------------------------------------------------ LM_LAYERS_PER_VIRTUAL_STAGE
 
 _UNEVEN = ("--num-layers 60 --hidden-size 5120 --num-attention-heads 128 --num-experts 160 --moe-router-topk 6 "
            "--moe-ffn-hidden-size 1536 --ffn-hidden-size 12288 --pipeline-model-parallel-size 16 "
@@ -102,18 +102,18 @@ _UNEVEN = ("--num-layers 60 --hidden-size 5120 --num-attention-heads 128 --num-e
 def test_layers_per_virtual_stage_with_an_uneven_split_is_an_error():
     """Megatron-LM arguments.py:919-922: the ModelZoo DeepSeek-V2 launch (PP16 VPP2, first/last 2) fails."""
     r = lint(num_gpus=256, megatron_args=_UNEVEN + " --num-layers-per-virtual-pipeline-stage 2")
-    found = [f for f in r.findings if f.code == "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT"]
+    found = [f for f in r.findings if f.code == "LM_LAYERS_PER_VIRTUAL_STAGE"]
     assert found and found[0].severity == "error"
     assert "--num-layers-per-virtual-pipeline-stage" in found[0].keys
 
 
 def test_virtual_stages_per_rank_with_an_uneven_split_is_no_error():
     r = lint(num_gpus=256, megatron_args=_UNEVEN + " --num-virtual-stages-per-pipeline-rank 2")
-    assert "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT" not in [f.code for f in r.findings]
+    assert "LM_LAYERS_PER_VIRTUAL_STAGE" not in [f.code for f in r.findings]
     even = lint(num_gpus=256, megatron_args=_UNEVEN.replace(" --decoder-first-pipeline-num-layers 2", "").replace(
         " --decoder-last-pipeline-num-layers 2", "").replace("--num-layers 60", "--num-layers 64")
         + " --num-layers-per-virtual-pipeline-stage 2")  # fmt: skip
-    assert "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT" not in [f.code for f in even.findings]
+    assert "LM_LAYERS_PER_VIRTUAL_STAGE" not in [f.code for f in even.findings]
 
 
 # ------------------------------------------------------------------ rules the corpus found missing
@@ -219,8 +219,8 @@ def test_megatron_fsdp_checkpoints_need_the_fsdp_dtensor_format():
 def test_the_correction_drops_layers_per_virtual_stage_beside_an_uneven_split():
     r = lint(num_gpus=256, megatron_args=_UNEVEN + " --num-layers-per-virtual-pipeline-stage 1")
     assert "--num-layers-per-virtual-pipeline-stage" not in r.corrected
-    assert [f.code for f in r.fixes] == ["LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT"]
-    assert "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT" not in r.remaining_errors
+    assert [f.code for f in r.fixes] == ["LM_LAYERS_PER_VIRTUAL_STAGE"]
+    assert "LM_LAYERS_PER_VIRTUAL_STAGE" not in r.remaining_errors
 
 
 def test_the_correction_exports_nvte_cpu_offload_v1_for_activation_offload():

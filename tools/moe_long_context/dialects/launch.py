@@ -14,7 +14,9 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
+from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
+from .lm_args import LM_ONLY_FLAGS, runs_pretrain
 from .lm_derived import derive_ffn_sizes
 from .tables import ParsedScript, dialect_table, megatron_flags
 
@@ -131,16 +133,25 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             else:
                 u.architecture["first_k_dense_replace"] = dense
             continue
-        if flag in ("--experimental-attention-variant", "--hybrid-layer-pattern") and vals:
+        if (
+            flag
+            in ("--experimental-attention-variant", "--hybrid-layer-pattern", "--position-embedding-type")
+            and vals
+        ):
             u.architecture[flag] = vals[0]  # tells DSA and hybrid models from their dense-attention twins
             continue
-        if flag in (
-            "--multi-latent-attention",
-            "--group-query-attention",
-            "--untie-embeddings-and-output-weights",
-            "--qk-layernorm",
-            "--add-qkv-bias",
-            "--moe-shared-expert-gate",
+        if (
+            flag
+            in (
+                "--multi-latent-attention",
+                "--group-query-attention",
+                "--untie-embeddings-and-output-weights",
+                "--qk-layernorm",
+                "--add-qkv-bias",
+                "--moe-shared-expert-gate",
+                "--use-rotary-position-embeddings",  # these two are judged with --mtp-num-layers (dialects/conflicts.py)
+                "--no-position-embedding",
+            )
         ):
             u.architecture[flag] = True
             continue
@@ -153,7 +164,10 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
             continue
         if _special_megatron(u, flag, vals, values) or _special_megatron_more(u, flag, values):
             continue
-        u.not_checked.append(flag)
+        if (
+            flag not in LM_ONLY_FLAGS
+        ):  # read by validate_args checks on the flags themselves (dialects/lm_args.py)
+            u.not_checked.append(flag)
     if "--cuda-graph-scope" in values and "--cuda-graph-modules" in values:
         u.notes.append(
             finding(
@@ -166,6 +180,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         )
     _megatron_semantics(u, values)
     u.notes += megatron_checks(values)
+    u.notes += [c.finding for c in megatron_conflicts(values, runs_pretrain(parsed.launcher_tokens))]
     # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
     is_script = bool(parsed.env or parsed.launcher_tokens)
     for var, rule in table["environment"].items():
@@ -214,26 +229,6 @@ def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
             )
         )
     derive_ffn_sizes(u, values)
-    uneven = [
-        f
-        for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
-        if f in values
-    ]
-    if (
-        uneven
-        and "--num-layers-per-virtual-pipeline-stage" in values
-        and not ({"--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout"} & set(values))
-    ):
-        u.notes.append(
-            finding(
-                "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT",
-                f"--num-layers-per-virtual-pipeline-stage with {' and '.join(uneven)}: Megatron-LM asserts that "
-                "an uneven pipeline split gives its VPP degree as --num-virtual-stages-per-pipeline-rank.",
-                "Replace --num-layers-per-virtual-pipeline-stage N with --num-virtual-stages-per-pipeline-rank "
-                "(the number of model chunks per pipeline rank).",
-                ["--num-layers-per-virtual-pipeline-stage", *uneven],
-            )
-        )
     legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
     if legacy:
         impl = (values.get("--cuda-graph-impl") or ["none"])[0]
@@ -398,6 +393,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
             u.not_checked.append(key)
     _bridge_graph_switches(u, keys)
     u.notes += bridge_checks(keys)
+    u.notes += [c.finding for c in bridge_conflicts(keys)]
     return u
 
 

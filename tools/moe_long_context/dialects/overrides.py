@@ -34,14 +34,20 @@ def megatron_defaults() -> dict[str, Any]:
     return out
 
 
-def architecture_flags(model: ModelSpec, mtp_layers: int | None = None) -> list[str]:
-    """Megatron-LM model-architecture flags for a ModelSpec (the ones the engine reads back)."""
+def architecture_flags(
+    model: ModelSpec, mtp_layers: int | None = None, seq_len: int | None = None
+) -> list[str]:
+    """Megatron-LM model-architecture flags for a ModelSpec (the ones the engine reads back), with the position
+    table at least the sequence length (arguments.py:1313-1316 requires it; with RoPE it only bounds positions)."""
     m = model
+    positions = max(m.max_position_embeddings or 0, seq_len or 0) or 4096
     out = [
         "--num-layers", str(m.num_layers),
         "--hidden-size", str(m.hidden_size),
         "--ffn-hidden-size", str(m.ffn_hidden_size),
         "--num-attention-heads", str(m.num_attention_heads),
+        "--position-embedding-type", m.position_embedding_type,
+        "--max-position-embeddings", str(positions),
     ]  # fmt: skip
     if m.is_mla:
         out += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)]
@@ -90,7 +96,7 @@ def megatron_args_for(
     defaults = megatron_defaults()
     tokens: list[str] = []
     if model is not None:
-        tokens += architecture_flags(model, cfg.mtp_num_layers)
+        tokens += architecture_flags(model, cfg.mtp_num_layers, cfg.seq_len)
     elif mtp_layers:
         tokens += ["--mtp-num-layers", str(mtp_layers)]
     for name, spec in dialect_table()["fields"].items():

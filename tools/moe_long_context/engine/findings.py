@@ -52,3 +52,54 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
             seen.add(key)
             unique.append(f)
     return sorted(unique, key=lambda f: order[f.severity])
+
+
+class NotChecked(BaseModel):
+    """A part of the configuration no rule of the engine decides: an upstream check it reaches that the engine
+    does not model (its file:line and what it requires), or a flag or key the engine does not read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    keys: list[str] = Field(
+        description="The request fields (or the flags and keys as written) that reach it."
+    )
+    requires: str = Field(
+        description="What the upstream check requires, or why the flag or key is not checked."
+    )
+    source: str | None = Field(
+        default=None, description="The upstream check: file:line and version; None for a flag no check reads."
+    )
+    id: str | None = Field(default=None, description="The check's id in `moe-lc rules --upstream`.")
+
+    def label(self) -> str:
+        """One short line: the source and what it requires, or the flag and why."""
+        if self.source is None:
+            return " ".join(self.keys) + (f" ({self.requires})" if self.requires else "")
+        return f"{self.source} ({', '.join(self.keys)}): {self.requires}"
+
+
+class Checked(BaseModel):
+    """What a clean result covers: every rule ran, and these upstream checks are the ones the rules model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rules: int = Field(description="Rule codes the engine evaluated (every family; `moe-lc rules`).")
+    upstream: int = Field(
+        description="Upstream config-time checks those rules model (`moe-lc rules --upstream`)."
+    )
+    applicable: int = Field(
+        description="Upstream checks that apply to MoE training; the rest of them are not modelled and, when the "
+        "configuration reaches one, listed under not_checked."
+    )
+
+
+class Judged(BaseModel):
+    """The coverage fields of every judging result: what it could not check, and what a clean result covers."""
+
+    not_checked: list[NotChecked] = Field(
+        description="Upstream checks the configuration reaches that no rule of the engine models (file:line and "
+        "what each requires): unverified, not approved. Empty when every check it reaches is modelled."
+    )
+    checked: Checked = Field(
+        description="Rules run and the upstream checks they model: what a result without errors covers."
+    )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agent_question import COUNT, DIM, HEADROOM, KTOKENS, TOKENS, Catalog, Facts, _int, applies, parse
-from .agent_writeup import SPLIT_KEYS, WRITERS, _describe, _fmt, _settings_text
+from .agent_writeup import SPLIT_KEYS, WRITERS, _describe, _fmt, _settings_text, unverified_lines
 
 SKILL_ENV = "MOE_LC_EVAL_WITH_SKILL"
 TRANSCRIPT_ENV = "MOE_LC_EVAL_TRANSCRIPT"
@@ -89,7 +89,7 @@ async def _run(
     except ToolFailed as exc:
         report.add(f"{tool}: refused", [f"- The server refused the call: {exc}"])
         return None
-    report.add(f"{tool} ({title or _describe(arguments)})", WRITERS[tool](result))
+    report.add(f"{tool} ({title or _describe(arguments)})", WRITERS[tool](result) + unverified_lines(result))
     return result
 
 
@@ -170,6 +170,9 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
                 f"lint_config reports {len(errors)} errors Megatron would refuse: {', '.join(errors)}."
                 if errors
                 else "lint_config reports no error: Megatron accepts this configuration."
+                if not _unchecked(r)
+                else f"lint_config reports no error on what it checks, but {_unchecked(r)} upstream checks this "
+                "configuration reaches are not modelled (under Not checked): those points are unverified."
             )
         return _compose(summary, report), True
     if facts.model is None:
@@ -334,9 +337,16 @@ def _verdict(r: dict[str, Any], what: str) -> str:
         return f"{what} is refused by Megatron: {', '.join(errors)} (details and fixes below)."
     if r.get("fits") is False:
         return f"{what} passes every rule but does not fit in GPU memory (peak {r.get('peak_gib')} GiB)."
+    unverified = (f"; {_unchecked(r)} upstream checks it reaches are not modelled and stay unverified (under "
+                  "Not checked)" if _unchecked(r) else "")  # fmt: skip
     if r.get("fits"):
-        return f"{what} passes every rule and fits (peak {r.get('peak_gib')} GiB)."
-    return f"{what} passes every rule the engine checks."
+        return f"{what} passes every rule and fits (peak {r.get('peak_gib')} GiB){unverified}."
+    return f"{what} passes every rule the engine checks{unverified}."
+
+
+def _unchecked(r: dict[str, Any]) -> int:
+    """How many upstream checks the result lists as reached but not modelled."""
+    return sum(1 for n in r.get("not_checked") or [] if n.get("source"))
 
 
 def _compose(summary: list[str], report: Report) -> str:

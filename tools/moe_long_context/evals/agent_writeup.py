@@ -6,6 +6,8 @@ import json
 import shlex
 from typing import Any
 
+from ..faces.summary import not_checked_lines
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, list):
@@ -57,7 +59,8 @@ def write_size_cp(r: dict[str, Any]) -> list[str]:
 
 
 def write_budget(r: dict[str, Any]) -> list[str]:
-    verdict = "Megatron accepts it" if r["valid"] else "Megatron refuses it (see the errors)"
+    verdict = "Megatron refuses it (see the errors)" if not r["valid"] else (
+        "Megatron accepts it" if not unverified_lines(r) else "no error on what the engine checks (unverified points below)")  # fmt: skip
     lines = [
         f"- Layout {r['layout']}: {verdict}.",
         f"- DP = {_fmt(r['dp'])}, EDP = {_fmt(r['edp'])}, ETP = {r['etp']}, min_gpus = {r['min_gpus']} "
@@ -136,21 +139,34 @@ def write_graphs(r: dict[str, Any]) -> list[str]:
     return lines + findings_lines(r["findings"])
 
 
+def unverified_lines(r: dict[str, Any]) -> list[str]:
+    """The upstream checks a result reaches that no rule models: each with its line and what it requires."""
+    items = [n for n in r.get("not_checked") or [] if n.get("source")]
+    if not items:
+        return []
+    return [f"- Not checked ({len(items)} upstream checks this configuration reaches that no rule models; "
+            "unverified, not approved):", *(f"  - {n['source']} ({', '.join(n['keys'])}): {n['requires']}"
+                                           for n in items)]  # fmt: skip
+
+
 def write_lint(r: dict[str, Any]) -> list[str]:
     errors = [f for f in r["findings"] if f["severity"] == "error"]
     lines = [
         f"- Model {r['model']}, {r['num_gpus']} GPUs, {r['dialect']} dialect: "
-        + (f"{len(errors)} errors Megatron would refuse:" if errors else "no errors; Megatron accepts it.")
+        + (
+            f"{len(errors)} errors Megatron would refuse:"
+            if errors
+            else "no errors; Megatron accepts it."
+            if not unverified_lines(r)
+            else "no error on what the engine checks; the points below are unverified."
+        )
     ]
     lines += findings_lines(errors)
     rest = [f for f in r["findings"] if f["severity"] != "error"]
     if rest:
         lines.append("- Not errors (warnings and notes the engine reports):")
         lines += ["  " + line for line in findings_lines(rest)]
-    if r["not_checked"]:
-        lines.append(
-            "- Not checked (the engine does not model them): " + ", ".join(f"`{n}`" for n in r["not_checked"])
-        )
+    lines += [f"- {line}" for line in not_checked_lines(r) if line.startswith("Not checked (not read")]
     if r["fixes"]:
         lines.append(
             "- Repairs: " + "; ".join(f"{x['code']}: {_settings_text(x['settings'])}" for x in r["fixes"])

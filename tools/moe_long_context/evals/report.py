@@ -25,6 +25,7 @@ CATEGORY_TITLES = {
     "public-scripts": "Public launch scripts (ModelZoo, slime, Bridge recipes)",
     "planning-headroom": "Planning with more memory headroom",
     "throughput": "Throughput: step time, tokens/s and TFLOP/s of a given layout",
+    "not-checked": "Not checked: the answer depends on a check no rule models",
     "negative": "Negative: must not trigger the skill",
 }
 

@@ -221,6 +221,8 @@ def _gpus(ns: argparse.Namespace) -> int:
 
 
 def _rules(ns: argparse.Namespace) -> int:
+    if ns.upstream:
+        return _upstream(ns)
     table = rule_table().values()
     if ns.json:
         print(json.dumps([vars(r) | {"severity": r.severity.value} for r in table], indent=2))
@@ -229,6 +231,28 @@ def _rules(ns: argparse.Namespace) -> int:
         {"code": r.code, "family": r.family, "severity": r.severity.value, "rule": r.title} for r in table
     ]
     print(render_table(rows))
+    return 0
+
+
+def _upstream(ns: argparse.Namespace) -> int:
+    """The upstream inventory: every config-time check of the pinned sources, and whether a rule models it."""
+    from ..engine.rules.upstream import checked, inventory_rows
+
+    rows = inventory_rows(ns.status)
+    if ns.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    c = checked()
+    print(f"{c.upstream} of the {c.applicable} upstream checks that apply are modelled by rules; "
+          f"{len(inventory_rows()) - c.applicable} do not apply (the reason is given).")  # fmt: skip
+    for r in rows:
+        why = (
+            ", ".join(r["rule"] or [])
+            or r["reason"]
+            or "no rule yet: a configuration reaching it gets it as not_checked"
+        )
+        print(f"{r['file']}:{r['line']}  [{r['status']}] {why}")
+        print(f"    {r['message']}")
     return 0
 
 
@@ -323,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("rules", help="List every rule the engine checks, with its source.")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--upstream", action="store_true", help="List every upstream config-time check and its status."
+    )
+    p.add_argument(
+        "--status",
+        choices=("modelled", "not_modelled", "not_applicable"),
+        help="With --upstream: one status.",
+    )
     p = sub.add_parser(
         "docs", help="Write (or check) the generated references/rules.md and references/tools.md."
     )

@@ -69,7 +69,30 @@ def rules_markdown() -> str:
                 f"| `{r.code}` | {r.severity.value} | {r.when} | {_cell(r.title)} | {_cell(r.source)} |"
             )
         out.append("")
-    return "\n".join(out)
+    return "\n".join([*out, *_upstream_coverage()])
+
+
+def _upstream_coverage() -> list[str]:
+    """Per upstream file, how many of its config-time checks the rules model, and the ones they do not."""
+    from ..engine.rules.upstream import checked, coverage_by_file, inventory_rows
+
+    c = checked()
+    out = ["## Upstream coverage", "",
+           f"Every config-time check of the target versions (`moe-lc rules --upstream` lists them): {c.upstream} of "
+           f"the {c.applicable} that apply to MoE training are modelled by the rules above. A configuration that "
+           "reaches a check listed as not modelled gets it back under `not_checked`: unverified, not approved.", "",
+           "| file | checks | modelled | not modelled | not applicable | modelled share |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for row in coverage_by_file():
+        share = f"{row['modelled_share']:.0%}" if row["modelled_share"] is not None else "-"
+        out.append(f"| {row['file']} | {row['checks']} | {row['modelled']} | {row['not_modelled']} | "
+                   f"{row['not_applicable']} | {share} |")  # fmt: skip
+    out += ["", "### Not modelled", ""]
+    files: dict[str, list[str]] = {}
+    for r in inventory_rows("not_modelled"):
+        files.setdefault(r["file"], []).append(f"{r['line']}: {_cell(r['message'])}")
+    for file, items in files.items():
+        out += [f"- **{file}**: " + "; ".join(items)]
+    return [*out, ""]
 
 
 def _type_name(annotation: Any) -> str:

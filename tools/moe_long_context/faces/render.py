@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..engine.findings import Finding
+from ..engine.findings import Checked, Finding, NotChecked
 
 WIDTH = 110
 
@@ -105,12 +105,29 @@ def render_findings(findings: list[Finding]) -> str:
     return "\n".join(out)
 
 
+def render_coverage(result: BaseModel) -> list[str]:
+    """What a judging result covers, and the upstream checks it reaches that no rule models (one line each)."""
+    checked: Checked | None = getattr(result, "checked", None)
+    if checked is None:
+        return []
+    out = [f"checked: {checked.rules} rules, modelling {checked.upstream} of the {checked.applicable} upstream "
+           "checks that apply (moe-lc rules --upstream)"]  # fmt: skip
+    items: list[NotChecked] = result.not_checked
+    if items:
+        out.append(f"not checked ({len(items)}): no rule decides these; verify them yourself")
+        for item in items:
+            out += textwrap.wrap(item.label(), WIDTH, initial_indent="  - ", subsequent_indent="    ")
+    return out
+
+
 def render_result(title: str, result: BaseModel) -> str:
-    """Scalars as 'key: value', nested models flattened, lists of models as tables, findings last.
+    """Scalars as 'key: value', nested models flattened, lists of models as tables, findings last, then what
+    the result covers and did not check.
 
     A result that knows a better summary for people (``render_text()``) is shown that way instead."""
     if hasattr(result, "render_text"):
-        return "\n".join([title, "=" * len(title), result.render_text(), render_findings(result.findings)])
+        return "\n".join([title, "=" * len(title), result.render_text(), render_findings(result.findings),
+                          *render_coverage(result)])  # fmt: skip
     scalars: list[tuple[str, str]] = []
     tables: list[str] = []
     findings: list[Finding] = []
@@ -118,7 +135,7 @@ def render_result(title: str, result: BaseModel) -> str:
         value = getattr(result, name)
         if name == "findings":
             findings = value
-        elif name == "sources":
+        elif name in ("sources", "checked") or (name == "not_checked" and hasattr(result, "checked")):
             continue
         elif isinstance(value, BaseModel):
             for sub in type(value).model_fields:
@@ -150,4 +167,5 @@ def render_result(title: str, result: BaseModel) -> str:
         out += [" " * (width + 2) + w for w in wrapped[1:]]
     out += tables
     out.append(render_findings(findings))
+    out += render_coverage(result)
     return "\n".join(out)

@@ -32,7 +32,7 @@ from typing import Any
 # The description each argument has on the wire: a few words, in the agent's terms. A field missing here
 # (a tool added later) keeps the first sentence of its request model's description.
 WIRE_DESCRIPTIONS = {
-    "model": "Catalog id (moe-lc://catalog/models) or a config.json.",
+    "model": "Catalog id (moe-lc://catalog/models) or config.json.",
     "gpu": "h100, h200, b200, b300, gb200, gb300.",
     "num_gpus": "GPUs in the job.",
     "seq_len": "Tokens per sequence.",
@@ -42,13 +42,13 @@ WIRE_DESCRIPTIONS = {
     "pipeline_layout": "Layout string, e.g. 'Et|(tt|)*30mL'.",
     "hierarchical_cp_sizes": "a2a+p2p sizes, e.g. [8, 4].",
     "moe_capacity_factor": "Unset: dropless.",
-    "recompute_modules": "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, gdn_norm_out.",
+    "recompute_modules": "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, gdn_norm_out",
     "activation_offload": "Modules to offload.",
-    "cuda_graph_modules": "attn, mlp, moe, moe_router, moe_preprocess, mamba; none: whole layer.",
+    "cuda_graph_modules": "attn, mlp, moe, moe_router, moe_preprocess, mamba; none: whole layer",
     "optimizer_cpu_offload_fraction": "Share on the CPU.",
     "overhead_gib": "GiB outside tensors.",
-    "megatron_args": "Megatron-LM launch arguments: script text or a token list.",
-    "bridge_overrides": "Bridge 'key=value' overrides (dotted ConfigContainer keys): text or a list.",
+    "megatron_args": "Megatron-LM flags: script text or token list.",
+    "bridge_overrides": "Bridge key=value overrides (dotted keys): text or list.",
     "config": "A ConfigContainer-shaped object, or its JSON/YAML text.",
     "top_n": "How many plans to return.",
     "nvte_cpu_offload_v1": "NVTE_CPU_OFFLOAD_V1=1 exported.",

@@ -49,11 +49,8 @@ logger = logging.getLogger(__name__)
 
 
 DETAIL = "detail"
-DETAIL_SCHEMA = {
-    "enum": ["summary", "full"],
-    "default": "summary",
-    "description": "Text: summary or full.",
-}
+# the enum says it all (full: the text is the result's JSON; references/tools.md has the long form)
+DETAIL_SCHEMA = {"enum": ["summary", "full"], "default": "summary"}
 
 
 def input_schema(tool: Tool) -> dict[str, Any]:

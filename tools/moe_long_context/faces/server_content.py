@@ -113,6 +113,19 @@ def add_resources(server: MCPServer) -> None:
         return _json(rules_data())
 
     @server.resource(
+        f"{URI}rules/upstream",
+        name="upstream-checks",
+        title="Upstream checks",
+        description="Every config-time check of Megatron-LM, Megatron Core, Bridge and TE at the target versions: "
+        "file, line, what it requires, and whether a rule models it (or why it does not apply).",
+        mime_type="application/json",
+    )
+    def upstream() -> str:
+        from ..engine.rules.upstream import checked, inventory_rows
+
+        return _json({"checked": checked().model_dump(), "checks": inventory_rows()})
+
+    @server.resource(
         f"{URI}layouts",
         name="representative-layouts",
         title="Representative long-context layouts",

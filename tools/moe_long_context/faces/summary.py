@@ -204,8 +204,6 @@ def _lint_config(d: dict[str, Any]) -> list[str]:
         f"lint_config: {_verdict(d)}: {d['dialect']} configuration of {d['model']} on {d['num_gpus']} GPUs, "
         f"{errors} error(s), {len(d['findings'])} finding(s)",
     ]
-    if d["not_checked"]:
-        lines.append(f"not checked ({len(d['not_checked'])}): " + ", ".join(map(str, d["not_checked"][:12])))
     if d["fixes"]:
         lines.append(
             "corrected configuration (same dialect; the other dialect is in corrected_other_dialect):"
@@ -297,11 +295,36 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
+def not_checked_lines(d: dict[str, Any]) -> list[str]:
+    """What a judging result covers, the upstream checks it reaches that no rule models (each with its line and
+    what it requires: unverified, not approved), and the flags or keys the engine does not read."""
+    checked = d.get("checked")
+    if not checked:
+        return []
+    items = d.get("not_checked") or []
+    upstream = [n for n in items if n.get("source")]
+    unread = [n for n in items if not n.get("source")]
+    lines = [f"Checked: {checked['rules']} rules, modelling {checked['upstream']} of the {checked['applicable']} "
+             "applicable upstream checks."]  # fmt: skip
+    if upstream:
+        lines.append(
+            f"Not checked ({len(upstream)} upstream checks no rule models; unverified, not approved):"
+        )
+        lines += _items(upstream, lambda n: f"{n['source']} ({', '.join(n['keys'])}): {n['requires']}")
+    if unread:
+        lines.append("Not checked (not read by the engine): " + ", ".join(
+            n["keys"][0] + ("" if n["requires"].startswith("not read") else f" ({n['requires']})")
+            for n in unread[:12]) + (f", ... and {len(unread) - 12} more" if len(unread) > 12 else ""))  # fmt: skip
+    return lines
+
+
 def summarize(name: str, data: dict[str, Any]) -> str:
-    """The text an agent reads by default: headline, key numbers, findings, and where the rest is."""
+    """The text an agent reads by default: headline, key numbers, findings, what it did not check, and where
+    the rest is."""
     make = SUMMARIES.get(name)
     lines = make(data) if make else _generic(name, data)
     if "findings" in data:
         lines += findings_lines(data["findings"])
+    lines += not_checked_lines(data)
     lines.append(FOOTER)
     return "\n".join(lines)

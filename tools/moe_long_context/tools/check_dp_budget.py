@@ -24,9 +24,10 @@ from ..engine.config import (
     TrainingConfig,
 )
 from ..engine.context import Context, build_context
-from ..engine.findings import Finding, errors, has_errors
+from ..engine.findings import Finding, Judged, errors, has_errors
 from ..engine.pipeline import propose_splits
 from ..engine.rules import run, run_tool
+from ..engine.rules.upstream import coverage
 
 BUDGET_FAMILIES = ("layout", "pipeline", "batch", "sequence", "cp")
 
@@ -61,7 +62,7 @@ class Alternative(BaseModel):
     why: str = Field(description="What this alternative changes.")
 
 
-class CheckDpBudgetResult(BaseModel):
+class CheckDpBudgetResult(Judged):
     valid: bool = Field(description="True when no finding is an error.")
     layout: str = Field(description="The layout as resolved (ETP and SP after Bridge's defaults).")
     dp: int | None = Field(
@@ -108,6 +109,7 @@ def check_dp_budget(req: CheckDpBudgetRequest) -> CheckDpBudgetResult:
         pipeline=_pipeline_info(ctx),
         alternatives=nearest_alternatives(ctx) if has_errors(findings) else [],
         findings=findings,
+        **coverage(ctx.cfg, ctx.model),
     )
 
 

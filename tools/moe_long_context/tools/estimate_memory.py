@@ -12,8 +12,9 @@ from pydantic import BaseModel, Field
 
 from ..engine.config import TrainingConfig
 from ..engine.context import Context, build_context
-from ..engine.findings import Finding, has_errors, sort_findings
+from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import FAMILIES, finding, run
+from ..engine.rules.upstream import coverage
 from ..errors import InputError
 from ..memory.rank_memory import MemoryModel, RankMemory, memory_model, overhead_gib
 from ..memory.terms import GIB
@@ -49,7 +50,7 @@ class StageBreakdown(BaseModel):
     components: list[MemoryComponent]
 
 
-class EstimateMemoryResult(BaseModel):
+class EstimateMemoryResult(Judged):
     valid: bool = Field(
         description="True when no finding is an error (Megatron would accept the configuration)."
     )
@@ -203,4 +204,5 @@ def estimate_memory(req: EstimateMemoryRequest) -> EstimateMemoryResult:
         breakdown=breakdown(ctx, model) if model is not None else [],
         assumptions=model.assumptions if model is not None else [],
         findings=findings,
+        **coverage(cfg, ctx.model),
     )

@@ -7,12 +7,13 @@ a user's own layout and a plan compare term by term.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ..engine.config import TrainingConfig
 from ..engine.context import build_context
-from ..engine.findings import Finding, has_errors, sort_findings
+from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import run
+from ..engine.rules.upstream import coverage
 from ..engine.step_time import ASSUMPTIONS, STATED_ERROR, step_time
 from ..errors import InputError
 from .estimate_memory import ESTIMATE_FAMILIES, require_seq_len
@@ -22,7 +23,7 @@ class EstimateThroughputRequest(TrainingConfig):
     """A complete training configuration (gpu and seq_len required) to estimate the step time of."""
 
 
-class EstimateThroughputResult(BaseModel):
+class EstimateThroughputResult(Judged):
     valid: bool = Field(
         description="True when no finding is an error (Megatron would accept the configuration)."
     )
@@ -64,7 +65,7 @@ def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputRes
     if has_errors(findings) or ctx.split.split is None or ctx.num_microbatches is None:
         return EstimateThroughputResult(
             valid=False, **empty, terms_s={}, recompute_by_label_s={}, stated_error=STATED_ERROR,
-            assumptions=list(ASSUMPTIONS), findings=findings,
+            assumptions=list(ASSUMPTIONS), findings=findings, **coverage(cfg, ctx.model),
         )  # fmt: skip
     st = step_time(ctx)
     rate = st.tokens_per_step / st.step_s
@@ -84,4 +85,5 @@ def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputRes
         stated_error=STATED_ERROR,
         assumptions=list(ASSUMPTIONS),
         findings=findings,
+        **coverage(cfg, ctx.model),
     )

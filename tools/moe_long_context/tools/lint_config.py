@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from ..dialects.conflicts import bridge_conflicts, megatron_conflicts
 from ..dialects.launch import Understood
+from ..dialects.lm_args import max_connections, runs_pretrain, virtual_stages
 from ..dialects.overrides import architecture_flags, bridge_translation, megatron_args_for, megatron_defaults
 from ..dialects.tables import (
     ParsedScript,
@@ -31,8 +33,9 @@ from ..dialects.tables import (
 )
 from ..engine.config import MAX_GPUS, TrainingConfig, _Args
 from ..engine.context import Context
-from ..engine.findings import Finding, errors, has_errors, sort_findings
+from ..engine.findings import Checked, Finding, NotChecked, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
+from ..engine.rules.upstream import checked
 from ..errors import InputError, check_nesting, describe_validation_error
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
@@ -41,7 +44,7 @@ from ..model.hf import spec_from_hf_config
 from ..model.params import model_params
 from ..model.specs import ModelSpec
 from .lint_edit import edit_bridge, edit_megatron
-from .lint_read import bridge_key_findings, gpu_skipped, understand_launch
+from .lint_read import bridge_key_findings, gpu_skipped, lint_not_checked, understand_launch
 from .repair_choice import AppliedFix, MemoryVerdict, memory_verdict, repair_config
 
 MAX_TEXT = 200_000
@@ -100,7 +103,13 @@ class LintConfigResult(BaseModel):
     effective_config: dict[str, Any] = Field(
         description="Engine fields as understood (after dialect defaults)."
     )
-    not_checked: list[str] = Field(description="Flags or keys the engine does not model (not errors).")
+    not_checked: list[NotChecked] = Field(
+        description="What no rule decides (not errors): the not-modelled upstream checks the launch reaches (file:line "
+        "and what each requires), then the flags or keys the engine does not read."
+    )
+    checked: Checked = Field(
+        description="Rules run and the upstream checks they model: what a clean result covers."
+    )
     fixes: list[AppliedFix] = Field(description="The repairs the corrected configuration applies, in order.")
     corrected: str | list[str] | dict[str, Any] = Field(
         description="The corrected configuration, same dialect."
@@ -264,6 +273,7 @@ class _Analysis:
     ctx: Context
     findings: list[Finding]
     renames: dict[str, str | None]
+    rename_codes: dict[str, str]  # the rule a rename repairs, where it is not an unknown flag or key
 
     @property
     def error_codes(self) -> set[str]:
@@ -300,13 +310,23 @@ def _analyse(
     renames: dict[str, str | None] = {}
     if dialect == "megatron-lm":
         renames = _unknown_flag_fixes(parsed)
+        values = {item.flag: item.values for item in parsed.items}
+        pretrain = runs_pretrain(parsed.launcher_tokens)
+        sm = gpu.compute_capability[0] if gpu else None
+        launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm)]
+        found += [c.finding for c in launch]
+        conflicts = megatron_conflicts(values, pretrain) + launch
     else:
-        key_findings, renames = bridge_key_findings(parsed if dialect == "bridge" else flatten_config(parsed))
+        keys = parsed if dialect == "bridge" else flatten_config(parsed)
+        key_findings, renames = bridge_key_findings(keys)
         found += key_findings
+        conflicts = bridge_conflicts(keys)
+    codes = {name: c.finding.code for c in conflicts for name in c.repair}
+    renames.update({name: new for c in conflicts for name, new in c.repair.items()})
     if gpu is None:
         found.append(gpu_skipped(ctx))
     findings = sort_findings([_dialect_keys(f, u, dialect) for f in found])
-    return _Analysis(dialect, source, parsed, u, model, gpu, world, cfg, ctx, findings, renames)
+    return _Analysis(dialect, source, parsed, u, model, gpu, world, cfg, ctx, findings, renames, codes)
 
 
 # --------------------------------------------------------------------------- lint
@@ -384,7 +404,8 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
         num_gpus=first.num_gpus,
         findings=first.findings,
         effective_config=effective,
-        not_checked=first.u.not_checked,
+        not_checked=lint_not_checked(first.u, first.parsed, dialect, first.model),
+        checked=checked(),
         fixes=fixes,
         corrected=corrected,
         corrected_other_dialect=other_text,
@@ -426,7 +447,8 @@ def _correct(first: _Analysis, req: LintConfigRequest) -> tuple[_Analysis, list[
         if not changed and not renames and not requote:
             break
         fixes += new_fixes
-        fixes += [AppliedFix(code=_rename_code(current.dialect, name), settings={name: new or "removed"})
+        fixes += [AppliedFix(code=current.rename_codes.get(name) or _rename_code(current.dialect, name),
+                             settings={name: new or "removed"})
                   for name, new in renames.items()]  # fmt: skip
         text = _written_launch(current, changed, renames)
         try:
@@ -470,7 +492,7 @@ def _translate(a: _Analysis, req: LintConfigRequest) -> tuple[Any, _Analysis]:
         text = render_bridge(items)
         return text, _analyse("bridge", text, _model_ref(a, req), req.gpu, a.num_gpus)
     resolved = resolved_config(a)
-    tokens = architecture_flags(a.model, cfg.mtp_num_layers) + megatron_args_for(resolved)
+    tokens = architecture_flags(a.model, cfg.mtp_num_layers, cfg.seq_len) + megatron_args_for(resolved)
     text = render_megatron(tokens)
     return text, _analyse("megatron-lm", text, _model_ref(a, req), req.gpu, a.num_gpus)
 
@@ -542,7 +564,7 @@ _UNEVEN = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-l
 _VPP_GIVEN = {"--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout"}
 _RENAME_CODES = {
     "--cuda-graph-scope": "LM_CUDA_GRAPH_SCOPE_AND_MODULES",
-    _VSTAGE: "LM_VSTAGE_LAYERS_WITH_UNEVEN_SPLIT",
+    _VSTAGE: "LM_LAYERS_PER_VIRTUAL_STAGE",
 }
 
 

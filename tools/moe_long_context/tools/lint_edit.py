@@ -13,7 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..dialects.shell import quote
-from ..dialects.tables import ParsedScript, bridge_items, dialect_table, flags_for, keys_for, megatron_tokens
+from ..dialects.tables import (
+    ParsedScript,
+    bridge_items,
+    dialect_table,
+    flags_for,
+    keys_for,
+    megatron_tokens,
+    parse_bridge_overrides,
+)
 
 # field -> value -> what else must change with it when the launch writes it: Megatron-LM flags to remove,
 # Bridge keys to set.
@@ -107,7 +115,9 @@ def edit_megatron(parsed: ParsedScript, changed: dict[str, Any], renames: dict[s
     for item in parsed.items:
         if item.flag in renames:
             new = renames[item.flag]
-            replace(item, _written(new, item.values) if new else "")
+            replace(
+                item, "" if not new else new if " " in new else _written(new, item.values)
+            )  # text: flag and values
             continue
         if item.flag in removals:
             replace(item, "")
@@ -193,8 +203,11 @@ def edit_bridge(
         dependents.update(_dependents(name, value).get("bridge_set", {}))
     for key, value in keys.items():
         if key in renames:
-            if renames[key]:
-                out[renames[key]] = value
+            new = renames[key]
+            if new and "=" in new:  # 'key=value': the key rewritten with a value
+                out.update(parse_bridge_overrides([new]))
+            elif new:
+                out[new] = value
             continue
         if key in dependents:
             out[key] = dependents[key] if value else value

@@ -14,11 +14,19 @@ from ..dialects.bridge_keys import bridge_value_problem, layout_from_list, unkno
 from ..dialects.bridge_read import engine_reads
 from ..dialects.launch import Understood, understand_bridge, understand_megatron
 from ..dialects.shell import quote
-from ..dialects.tables import flatten_config, load_config_object, parse_bridge_overrides, parse_megatron_args
+from ..dialects.tables import (
+    flatten_config,
+    load_config_object,
+    megatron_flags,
+    parse_bridge_overrides,
+    parse_megatron_args,  # fmt: skip
+)
 from ..engine.context import Context
-from ..engine.findings import Finding
+from ..engine.findings import Finding, NotChecked
 from ..engine.rules import finding
+from ..engine.rules.upstream import model_keys, not_checked_written
 from ..errors import InputError
+from ..model.specs import ModelSpec
 
 
 def _preview(text: str) -> str:
@@ -159,3 +167,55 @@ def gpu_skipped(ctx: Context) -> Finding:
         "Pass gpu (h100, h200, b200, b300, gb200, gb300) to run them.",
         ["gpu"],
     )
+
+
+def lint_not_checked(u: Understood, parsed: Any, dialect: str, model: ModelSpec) -> list[NotChecked]:
+    """What lint_config could not check: the not-modelled upstream checks the launch reaches (by the flags or keys
+    it writes, its environment and its model), then each flag or key the engine does not read that no such check
+    names already (with why, when the reading says: an unresolved shell variable, FP16, a per-layer list)."""
+    written: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    if dialect == "megatron-lm":
+        flags = megatron_flags()
+        for item in parsed.items:
+            spec = flags.get(item.flag, {})
+            dest = spec.get("dest") or item.flag.lstrip("-").replace("-", "_")
+            written.setdefault(dest, item.flag)
+            kind = spec.get("kind")
+            values[dest] = (
+                kind == "true"
+                if kind in ("true", "false")
+                else item.values[0]
+                if len(item.values) == 1
+                else None
+            )
+        for name, value in parsed.env.items():
+            written.setdefault(f"env:{name}", name)
+            values[f"env:{name}"] = value
+    else:
+        keys = parsed if dialect == "bridge" else flatten_config(parsed)
+        for key, value in keys.items():
+            name = f"env:{key.split('.', 1)[1]}" if key.startswith("env_vars.") else key
+            written.setdefault(name, key)
+            values[name.rsplit(".", 1)[-1] if not name.startswith("env:") else name] = value
+    pattern = u.architecture.get("--hybrid-layer-pattern") or (parsed.get("model.hybrid_layer_pattern")
+                                                                if isinstance(parsed, dict) else None)  # fmt: skip
+    if (
+        isinstance(pattern, str) and "|" in pattern
+    ):  # stage boundaries the engine does not read (the model's has none)
+        written["hybrid_pipe_boundaries"] = (
+            "--hybrid-layer-pattern" if dialect == "megatron-lm" else "model.hybrid_layer_pattern"
+        )
+    written.update({k: v for k, v in model_keys(model).items() if k not in written})
+    checks = not_checked_written(written, "megatron-lm" if dialect == "megatron-lm" else "bridge",
+                                 {k: v for k, v in values.items() if v is not None})  # fmt: skip
+    named = {key for c in checks for key in c.keys}
+    out = list(checks)
+    for text in u.not_checked:
+        head, _, note = text.partition(" (")
+        if head.split(" ")[0] in named:
+            continue
+        out.append(
+            NotChecked(keys=[head], requires=note.rstrip(")") or "not read by the engine: no rule uses it")
+        )
+    return out

@@ -20,9 +20,10 @@ from pydantic import BaseModel, Field
 
 from ..engine.config import RECOMPUTE_MODULES, TrainingConfig, precision_is_quantized
 from ..engine.context import Context, build_context
-from ..engine.findings import Finding, errors, has_errors, sort_findings
+from ..engine.findings import Finding, Judged, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
 from ..engine.rules.recompute import unused_modules
+from ..engine.rules.upstream import coverage
 from ..engine.step_time import step_time
 from ..errors import InputError
 from ..memory.rank_memory import memory_model
@@ -60,7 +61,7 @@ class PickRecomputeRequest(TrainingConfig):
         default=0.05,
         ge=0.0,
         le=0.5,
-        description="Share of usable HBM the choice must leave free (default 0.05 = 5 %).",
+        description="Share of usable HBM the choice must leave free (0.05 = 5 %).",
     )
 
 
@@ -81,7 +82,7 @@ class LabelGain(BaseModel):
     peak_gib: float = Field(description="Peak after this step.")
 
 
-class PickRecomputeResult(BaseModel):
+class PickRecomputeResult(Judged):
     valid: bool = Field(
         description="True when no finding is an error (Megatron would accept the configuration)."
     )
@@ -395,37 +396,28 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
     cfg = TrainingConfig(**req.model_dump(exclude_unset=True, exclude={"headroom"}))
     require_seq_len(cfg)
     if cfg.gpu is None:
-        raise InputError(
-            "gpu",
-            None,
-            "a GPU catalog id (h100, h200, b200, b300, gb200, gb300): pick_recompute needs the usable memory",
-        )
+        raise InputError("gpu", None, "a GPU catalog id (h100, h200, b200, b300, gb200, gb300): pick_recompute "
+                         "needs the usable memory")  # fmt: skip
     ctx = build_context(cfg)
     given = memory_model(ctx)
     usable = ctx.gpu.usable_hbm_gib
     margin = dict(headroom=req.headroom, budget_gib=round(usable * (1 - req.headroom), 3))
     if given is None:
         found = sort_findings([*run(ctx, PICK_FAMILIES), *memory_findings(ctx, None)])
-        return PickRecomputeResult(
-            valid=not has_errors(found),
-            fits=False,
-            recompute_granularity=None,
-            recompute_modules=[],
-            recompute_method=None,
-            recompute_num_layers=None,
-            other_settings={},
-            peak_gib_before=None,
-            peak_gib_after=None,
-            usable_gib=usable,
-            gains=[],
-            bridge_overrides=[],
-            megatron_lm_flags=[],
-            next_steps=[],
-            alternatives=[],
-            recompute_s=None,
-            **margin,
-            findings=found,
+        none = ("recompute_granularity", "recompute_method", "recompute_num_layers", "peak_gib_before", "peak_gib_after",
+                "recompute_s")  # fmt: skip
+        empty = (
+            "recompute_modules",
+            "gains",
+            "bridge_overrides",
+            "megatron_lm_flags",
+            "next_steps",
+            "alternatives",
         )
+        return PickRecomputeResult(
+            valid=not has_errors(found), fits=False, other_settings={}, usable_gib=usable, **margin, findings=found,
+            **dict.fromkeys(none), **{k: [] for k in empty}, **coverage(cfg, ctx.model),
+        )  # fmt: skip
     picker = Picker(ctx, req.headroom)
     if set(cfg.recompute_modules or ()) - set(RECOMPUTE_MODULES):  # a label Megatron refuses: say so
         picker.findings.append(
@@ -480,4 +472,5 @@ def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
         recompute_s=round(picker.cost(best), 4),
         **margin,
         findings=findings,
+        **coverage(best.cfg, ctx.model),
     )

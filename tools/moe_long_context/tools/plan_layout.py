@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import heapq
 from functools import partial
+from typing import Any
 
+from ..engine.config import TrainingConfig
+from ..engine.rules.upstream import coverage
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..engine.step_time import STATED_ERROR
 from ..errors import InputError
@@ -200,11 +203,19 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             *PERF_ASSUMPTIONS,
         ],
         findings=[],
+        **coverage(_inputs(req, model), model),
     )
 
 
 def _surely_fits(cand, model, gpu, req, base, cb, pickers, level: int) -> bool:
     return surely_fits(cand, model, gpu, req, base, cb.fractions[level], pickers)
+
+
+def _inputs(req: PlanLayoutRequest, model: Any) -> TrainingConfig:
+    """The request's own settings as a configuration (what not_checked is about: the plans are the engine's)."""
+    given = {k: getattr(req, k) for k in ("precision", "dispatcher", "gbs") if getattr(req, k) is not None}
+    return TrainingConfig(model=model.id if model.id != "custom" else req.model, num_gpus=req.num_gpus,
+                          seq_len=req.seq_len, launcher=req.launcher, **given)  # fmt: skip
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..dialects.shell import quote
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
-from ..engine.findings import Finding
+from ..engine.findings import Finding, Judged
 
 # A safety limit on full evaluations (rules + memory + recompute + time) per request: the bounds end the search
 # long before it on every benchmark job (tests/test_plan_bounds.py); a result that reaches it says optimal false.
@@ -52,7 +52,7 @@ class PlanLayoutRequest(_Args):
         default=0.05,
         ge=0.0,
         le=0.5,
-        description="Share of usable HBM every plan leaves free (default 0.05 = 5 %), on top of the overhead.",
+        description="Share of usable HBM every plan leaves free (0.05 = 5 %) on top of the overhead.",
     )
     launcher: str = Field(default="bridge", description="bridge or megatron-lm (which checks apply).")
     top_n: int = Field(default=5, ge=1, le=20, description="How many plans to return.")
@@ -118,7 +118,7 @@ class ReferenceComparison(BaseModel):
     verdict: str = Field(description="Why the top plan is (or is not) preferred, by the step-time terms.")
 
 
-class PlanLayoutResult(BaseModel):
+class PlanLayoutResult(Judged):
     def counts(self) -> str:
         """How many layouts the search saw, evaluated and found feasible (the published layouts that fit are
         feasible plans too, so there may be more feasible plans than evaluated candidates)."""

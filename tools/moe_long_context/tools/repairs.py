@@ -192,6 +192,7 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     "PP_LAYOUT_CONFLICT": _split,
     "PP_LAYOUT_VPP_MISMATCH": lambda ctx: {"vpp": ctx.split.vpp},
     "GBS_DIVISIBILITY": _gbs,
+    "PACKED_MBS_ONE": lambda ctx: {"mbs": 1},
     "VPP_MICROBATCHES": _gbs,
     # sequence and context parallelism
     "SEQ_CP_DIVISIBILITY": _seq,
@@ -248,6 +249,7 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     "RECOMPUTE_EP_OVERLAP": _ep_overlap_recompute,
     "RECOMPUTE_MOE_OFFLOAD": _without("recompute_modules", "moe"),
     "OFFLOAD_MODULE_RULES": _offload_modules,
+    "OFFLOAD_NEEDS_MODULES": lambda ctx: {"activation_offload": None, "nvte_cpu_offload_v1": None},
     # MoE
     "DISPATCHER_GPU": _dispatcher_for_gpu,
     "DISPATCHER_TPXEP": lambda ctx: {"dispatcher": "alltoall"},

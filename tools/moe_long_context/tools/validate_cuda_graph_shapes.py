@@ -30,9 +30,10 @@ from ..engine.config import (
     _Args,
 )
 from ..engine.context import build_context
-from ..engine.findings import Finding, has_errors
+from ..engine.findings import Finding, Judged, has_errors
 from ..engine.rules import run_tool
 from ..engine.rules.graphs import normalize
+from ..engine.rules.upstream import coverage
 from ..errors import InputError
 
 GRAPH_FAMILIES = ("graphs", "sequence")
@@ -74,7 +75,7 @@ class CapturedTensor(BaseModel):
     note: str
 
 
-class ValidateCudaGraphsResult(BaseModel):
+class ValidateCudaGraphsResult(Judged):
     valid: bool = Field(description="True when no finding is an error.")
     cuda_graph_impl: str = Field(
         description="Implementation after Megatron's migration of deprecated values."
@@ -153,4 +154,5 @@ def validate_cuda_graph_shapes(req: ValidateCudaGraphsRequest) -> ValidateCudaGr
         microbatches_captured=micro,
         static_requirements=requirements,
         findings=findings,
+        **coverage(ctx.cfg, ctx.model),
     )

@@ -35,6 +35,20 @@ def global_batch(ctx: Context) -> Iterator[Finding]:
 
 
 @check("batch")
+def packed_micro_batch(ctx: Context) -> Iterator[Finding]:
+    c = ctx.cfg
+    if c.packed_sequences and c.mbs > 1 and c.launcher == "bridge":
+        yield finding(
+            "PACKED_MBS_ONE",
+            f"Offline-packed sequences with mbs={c.mbs}: Megatron Bridge trains packed sequences one pack per "
+            "microbatch.",
+            "Use mbs=1 (the packs already hold several sequences each); the global batch keeps its value, "
+            "a multiple of DP.",
+            ["mbs", "packed_sequences"],
+        )
+
+
+@check("batch")
 def microbatches(ctx: Context) -> Iterator[Finding]:
     c, m = ctx.cfg, ctx.num_microbatches
     if m is None or c.pp == 1:

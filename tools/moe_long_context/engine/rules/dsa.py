@@ -88,3 +88,33 @@ def dsa_recompute(ctx: Context) -> Iterator[Finding]:
             "Drop mla_up_proj from recompute_modules, or train in BF16.",
             ["recompute_modules", "precision"],
         )
+
+
+def skip_topk_layer(layer: int, offset: int, freq: int) -> bool:
+    """A 1-indexed layer that reuses an earlier layer's top-k indices (dsa.py:37-47 is_dsa_skip_topk_layer)."""
+    return (max(layer - max(offset, 1), 0) % freq) != 0
+
+
+@check("pipeline")
+def dsa_index_share_split(ctx: Context) -> Iterator[Finding]:
+    """With index sharing (dsa_indexer_topk_freq > 1) a stage that starts on a layer reusing top-k indices would
+    need them from the stage before: Megatron Core refuses such a split (virtual stages in layer order)."""
+    m, split = ctx.model, ctx.split.split
+    if not m.has_dsa or m.dsa_index_topk_freq <= 1 or split is None:
+        return
+    layer, bad = 0, []
+    for v in range(split.vpp):
+        for r in range(split.pp):
+            count = split.stages[r][v].decoders
+            if count and skip_topk_layer(layer + 1, m.dsa_index_skip_topk_offset, m.dsa_index_topk_freq):
+                bad.append(layer + 1)
+            layer += count
+    if bad:
+        yield finding(
+            "DSA_INDEX_SHARE_SPLIT",
+            f"Pipeline stages of {m.name} start on layers {bad[:6]}, which reuse the top-k indices of an earlier "
+            f"layer (dsa_indexer_topk_freq {m.dsa_index_topk_freq}): the indices do not cross stage boundaries.",
+            "Choose a split (first/last stage counts or a pipeline layout) whose stages each start on a layer that "
+            "computes its own top-k.",
+            ["pp", "vpp", "pipeline_layout"],
+        )

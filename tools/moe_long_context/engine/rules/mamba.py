@@ -92,7 +92,19 @@ def hybrid_pipeline(ctx: Context) -> Iterator[Finding]:
     """HybridModel splits hybrid_layer_pattern, not a GPT layout: without '|' separators (Hugging Face patterns have
     none) layers split evenly over PP, or first/last counts with the middle split evenly, and VPP is refused."""
     m, c = ctx.model, ctx.cfg
-    if not m.is_hybrid or c.pp == 1:
+    if not m.is_hybrid:
+        return
+    split_flags = [k for k in ("pipeline_layout", "account_for_embedding_in_pipeline_split",
+                               "account_for_loss_in_pipeline_split") if getattr(c, k)]  # fmt: skip
+    if split_flags and c.launcher == "megatron-lm":
+        yield finding(
+            "HYBRID_LM_SPLIT_FLAGS",
+            f"{', '.join(split_flags)} with the hybrid {m.name}: Megatron-LM refuses a pipeline layout and the "
+            "account-for flags next to --hybrid-layer-pattern, which defines the stages itself.",
+            "Drop them; express stage boundaries with '|' in --hybrid-layer-pattern or the first/last stage counts.",
+            split_flags,
+        )
+    if c.pp == 1:
         return
     n = m.num_layers
     if (ctx.vpp or 1) > 1 and c.launcher == "bridge":
@@ -132,21 +144,8 @@ def hybrid_pipeline(ctx: Context) -> Iterator[Finding]:
                 "Pick first/last stage counts that leave a multiple of the middle stages.",
                 ["num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"],
             )
-    ignored = [k for k in ("pipeline_layout",) if getattr(c, k)]
-    ignored += [
-        k
-        for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-        if getattr(c, k)
-    ]
-    if ignored and c.launcher == "megatron-lm":
-        yield finding(
-            "HYBRID_LM_SPLIT_FLAGS",
-            f"Megatron-LM refuses {', '.join(ignored)} with --hybrid-layer-pattern: the pattern's '|' separators "
-            "define the stages.",
-            "Drop them; split with '|' in the pattern or with the first/last stage counts.",
-            ignored,
-        )
-    elif ignored:
+    ignored = split_flags
+    if ignored and c.launcher != "megatron-lm":
         yield finding(
             "HYBRID_GPT_SPLIT_IGNORED",
             f"{', '.join(ignored)} do not steer HybridModel's split: it allocates layers from hybrid_layer_pattern "

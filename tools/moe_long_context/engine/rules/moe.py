@@ -123,10 +123,12 @@ def capacity_and_overlap(ctx: Context) -> Iterator[Finding]:
         problems.append("at most one MTP layer")
     if c.pp > 1 and ctx.vpp is None:
         problems.append("VPP when PP > 1")
+    if c.dispatcher == "flex-ncclep" and "expert_fc1" in (c.activation_offload or []):
+        problems.append("no expert_fc1 activation offload with the ncclep backend")
     if problems:
         yield finding(
             "EP_OVERLAP_RULES",
             "EP all-to-all overlap needs " + ", ".join(problems) + ".",
             "Meet those conditions or turn ep_overlap off.",
-            ["ep_overlap", "ep", "dispatcher", "vpp"],
+            ["ep_overlap", "ep", "dispatcher", "vpp", "activation_offload"],
         )

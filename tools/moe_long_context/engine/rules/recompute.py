@@ -194,6 +194,13 @@ def ep_overlap_and_offload(ctx: Context) -> Iterator[Finding]:
                 "Use selective recompute without moe (e.g. moe_act, layernorm), or turn ep_overlap off.",
                 ["ep_overlap", "recompute_granularity", "recompute_modules"],
             )
+    if c.activation_offload == []:
+        yield finding(
+            "OFFLOAD_NEEDS_MODULES",
+            "Fine-grained activation offloading is on with no offload module.",
+            "Name the modules to offload (e.g. expert_fc1, moe_act), or turn offloading off.",
+            ["activation_offload"],
+        )
     offload = set(c.activation_offload or [])
     if not offload:
         return
