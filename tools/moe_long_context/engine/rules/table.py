@@ -29,6 +29,7 @@ FAMILIES = (
     "optimizer",
     "launch",
     "memory",
+    "throughput",
 )
 
 
