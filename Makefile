@@ -44,7 +44,7 @@ RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name
 	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
 	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
-.PHONY: run test check-node lint clean conformance evals evals-check
+.PHONY: run test check-node lint clean conformance calibration-peer evals evals-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -109,6 +109,13 @@ $(CONF)/.ready: Makefile
 
 conformance: $(CONF)/.ready
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.bridge_memory_peer --check --conformance $(CONF)
+
+# Megatron Bridge 0.6.2's own memory estimator on the calibration corpus's memory points (the README's and
+# CALIBRATION.md's "Bridge estimator" column): rewrites tools/moe_long_context/evals/calibration/peer_bridge.yaml.
+calibration-peer: $(CONF)/.ready
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.bridge_memory_peer --conformance $(CONF)
+	$(BIN)/moe-lc eval calibrate --write
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -140,3 +140,45 @@ def test_cli_calibrate_check_and_summary(capsys):
     assert main(["eval", "calibrate"]) == 0
     out = capsys.readouterr().out
     assert "stated error" in out and "| throughput |" in out
+
+
+def _conformance_dir():
+    import os
+    from pathlib import Path
+
+    root = Path(
+        os.environ.get(
+            "MOE_LC_CONFORMANCE_DIR", Path(__file__).resolve().parents[1] / "build" / "conformance"
+        )
+    )
+    return root if (root / "venv" / "bin" / "python").exists() and (root / "bridge").is_dir() else None
+
+
+@pytest.mark.skipif(
+    _conformance_dir() is None, reason="no conformance venv (make conformance, or MOE_LC_CONFORMANCE_DIR)"
+)
+def test_the_bridge_estimator_numbers_are_current():
+    """peer_bridge.yaml is what Megatron Bridge 0.6.2's estimate_training_memory gives today, run on the CPU."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    conf = _conformance_dir()
+    done = subprocess.run(
+        [str(conf / "venv" / "bin" / "python"), "-m", "conformance.bridge_memory_peer", "--check",
+         "--conformance", str(conf)],
+        cwd=root, env={"PYTHONPATH": f"{root / 'tools'}:{root}", "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_bridge_estimator_is_beside_every_memory_point_it_can_take():
+    from moe_long_context.evals.calibration.report import peer
+
+    memory_points = {r.point.id for r in ROWS if r.group == "memory" and r.estimate is not None}
+    assert memory_points <= set(peer()), memory_points - set(peer())
+    glm = peer()["card-glm-5.2-sft-200k-h100-608"]
+    assert glm["total_gib"] == pytest.approx(
+        glm["weights_and_optimizer_gib"] + glm["activation_gib"], abs=0.002
+    )

@@ -13,7 +13,7 @@ from ...memory import overhead as memory_overhead
 from ..tasks import REPO
 from . import evaluate as evaluation
 from .corpus import load_corpus
-from .report import overhead, points_markdown, rows_markdown, stated_error, summary_markdown, write_yaml
+from .report import overhead, points_markdown, rows_markdown, stated_error, summary_markdown
 
 README = REPO / "README.md"
 CALIBRATION_MD = REPO / "CALIBRATION.md"
@@ -116,4 +116,4 @@ def write() -> list[Path]:
     return changed
 
 
-__all__ = ["expected_files", "stale", "write", "write_yaml"]
+__all__ = ["expected_files", "stale", "write"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from pathlib import Path
+from functools import cache
+from importlib import resources
 
 import yaml
 
@@ -99,6 +100,26 @@ def overhead(corpus: Corpus) -> dict:
     }
 
 
+@cache
+def peer() -> dict[str, dict]:
+    """Megatron Bridge 0.6.2's estimate_training_memory on the memory points (peer_bridge.yaml, written by
+    ``python -m conformance.bridge_memory_peer`` in the conformance venv); empty when the file is absent."""
+    path = resources.files(__package__).joinpath("peer_bridge.yaml")
+    return (yaml.safe_load(path.read_text()) or {}).get("points", {}) if path.is_file() else {}
+
+
+def _peer_cell(pid: str, rows: list[Row]) -> str:
+    """Bridge's estimate against the level it describes: the allocated peak (it counts tensors only), else the
+    lowest level measured."""
+    total = peer().get(pid, {}).get("total_gib")
+    measured = next(
+        (r.measured for q in ("allocated", "reserved", "device") for r in rows if r.quantity == q), None
+    )
+    if total is None or measured is None:
+        return "-"
+    return f"{total:,.1f} ({total / measured:.2f})"
+
+
 # --------------------------------------------------------------------------- markdown
 
 
@@ -112,6 +133,15 @@ def _num(x: float | None, quantity: str) -> str:
     if x is None:
         return "-"
     return f"{x:,.0f}" if quantity in ("tokens_per_s", "tflops") and x >= 100 else f"{x:,.1f}"
+
+
+def _url(corpus: Corpus, p: Point) -> str:
+    """The source file at its commit, at the point's line(s)."""
+    s = corpus.sources[p.source]
+    line = str(p.line)
+    path, lines = (f"{s.path}/{line.split(':')[0]}", line.split(":")[1]) if ":" in line else (s.path, line)
+    anchor = "#L" + lines.replace("-", "-L")
+    return f"https://github.com/{s.repo}/blob/{s.commit}/{path}{anchor}"
 
 
 def _cite(corpus: Corpus, p: Point) -> str:
@@ -200,14 +230,14 @@ def points_markdown(rows: tuple[Row, ...], target_only: bool, corpus: Corpus | N
         by_point[r.point.id].append(r)
     out = [
         "| point | model | GPU | tokens/s/GPU measured -> estimated (ratio) | peak GiB measured -> estimated (ratio) | "
-        "status |",
-        "|---|---|---|---|---|---|",
+        "Bridge estimator GiB (ratio) | status |",
+        "|---|---|---|---|---|---|---|",
     ]
     for pid, prow in by_point.items():
         p = prow[0].point
         tok, mem, status = _point_cells(prow)
-        out.append(f"| [{pid}]({'https://github.com/' + _cite(corpus, p).split('@')[0]}) | `{p.model}` | "
-                   f"{p.config['gpu']} | {tok} | {mem} | {status} |")  # fmt: skip
+        out.append(f"| [{pid}]({_url(corpus, p)}) | `{p.model}` | "
+                   f"{p.config['gpu']} | {tok} | {mem} | {_peer_cell(pid, prow)} | {status} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -215,21 +245,17 @@ def rows_markdown(rows: tuple[Row, ...], corpus: Corpus | None = None) -> str:
     """Every measured quantity with its source line, estimate, ratio and the reason when it is listed."""
     corpus = corpus or load_corpus()
     out = [
-        "| point | source | quantity | measured | estimate | ratio | status | why (listed rows) |",
-        "|---|---|---|---:|---:|---:|---|---|",
+        "| point | source | quantity | measured | estimate | ratio | Bridge estimator | status | why (listed rows) |",
+        "|---|---|---|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         why = r.listing.why if r.listing is not None else r.detail
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        bridge = peer().get(r.point.id, {}).get("total_gib") if r.group == "memory" else None
+        bridge_cell = f"{bridge:,.1f} ({bridge / r.measured:.2f})" if bridge is not None else "-"
         out.append(
             f"| {r.point.id} | {_cite(corpus, r.point)} | {r.quantity} ({UNITS[r.quantity]}) | "
-            f"{_num(r.measured, r.quantity)} | {_num(r.estimate, r.quantity)} | {ratio} | {_status(r)} | "
-            f"{why.replace('|', '/')} |"
+            f"{_num(r.measured, r.quantity)} | {_num(r.estimate, r.quantity)} | {ratio} | {bridge_cell} | "
+            f"{_status(r)} | {why.replace('|', '/')} |"
         )
     return "\n".join(out)
-
-
-def write_yaml(path: Path, header: str, data: dict) -> str:
-    text = header + yaml.safe_dump(data, sort_keys=True, default_flow_style=None, width=120)
-    path.write_text(text)
-    return text
