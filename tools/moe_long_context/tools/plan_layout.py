@@ -18,7 +18,7 @@ from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
-from .plan_compare import _compare, _references, _same_plan, published_for
+from .plan_compare import _compare, _references, _same_plan, as_plan, published_for
 from .plan_evaluate import Evaluated, _plan, evaluate
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
 from .plan_search import (
@@ -122,8 +122,13 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     for layout, ref in references:
         fits = ref is not None and ref.peak <= limit
         asked[layout.id] = fits and all(getattr(ref.cfg, k) == base[k] for k in ("dispatcher", "precision"))
-        if asked[layout.id] and not any(_same_plan(ref, e) for e in found):
-            found.append(ref)
+        promoted = as_plan(ref, model, gpu) if asked[layout.id] else None
+        if (
+            promoted is not None
+            and promoted.peak <= limit
+            and not any(_same_plan(promoted, e) for e in found)
+        ):
+            found.append(promoted)
     found.sort(key=lambda e: seconds_per_token(e.step))
     groups = _vpp_groups(found)
     best = groups[0][0] if groups else None
