@@ -44,7 +44,7 @@ RECORDED := $(if $(wildcard $(CALIBRATION)/answers_with_A.jsonl),--recorded-name
 	--recorded-date 2026-11-30 --recorded-with $(CALIBRATION)/answers_with_A.jsonl \
 	--recorded-without $(CALIBRATION)/answers_without_A.jsonl)
 
-.PHONY: run test fuzz check-node lint clean conformance corpus evals evals-check bench-check
+.PHONY: run test fuzz check-node lint clean conformance corpus calibration-peer evals evals-check bench-check
 
 $(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -124,12 +124,19 @@ conformance: $(CONF)/.ready
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.upstream_rules --megatron $(CONF)/mcore --bridge $(CONF)/bridge
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.bridge_memory_peer --check --conformance $(CONF)
 
 # Regenerate the corpus of upstream launches (conformance/corpus/data) and upstream's verdicts: the Bridge recipes
 # from the wheel, the Megatron-LM functional tests and ModelZoo launches from git folders when given
 # (MEGATRON_LM_REPO=<NVIDIA/Megatron-LM with core_r0.19.0> MODELZOO_REPO=<yanring/Megatron-MoE-ModelZoo>).
 corpus: $(CONF)/.ready
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.build --megatron $(CONF)/mcore --bridge $(CONF)/bridge
+
+# Megatron Bridge 0.6.2's own memory estimator on the calibration corpus's memory points (the README's and
+# CALIBRATION.md's "Bridge estimator" column): rewrites tools/moe_long_context/evals/calibration/peer_bridge.yaml.
+calibration-peer: $(CONF)/.ready
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.bridge_memory_peer --conformance $(CONF)
+	$(BIN)/moe-lc eval calibrate --write
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -21,6 +21,20 @@ CHANGED_SINCE_RECORDING = {
         "pick_recompute now picks the cheapest set that fits with the 5 % headroom (67.6 GiB), not the first "
         "set that fits (76.9 GiB)"
     ),
+    # the memory model's measured allocator cache and memory outside PyTorch (issue 25) moved these peaks
+    **{
+        key: "the peaks now include the measured allocator cache and memory outside PyTorch"
+        for key in (
+            ("off-graphs-memory-dsv3", "States the saving of 14.974 GiB (within 10%)"),
+            ("off-graphs-memory-dsv3", "States the peak with offload, 53.52 GiB (within 10%)"),
+            ("rc-mla-up-proj-qwen3", "States the peak after recompute, 65.9 GiB (within 10%)"),
+            ("rc-pick-dsv3-128k", "States the peak without recompute, 152.129 GiB (within 10%)"),
+        )
+    },
+    ("rc-pick-dsv3-128k", "Recommends layernorm"): (
+        "with the measured overhead no selective set fits without optimizer offload; the task now asks with 100 % "
+        "offload, where pick_recompute chooses mla_up_proj, mlp and moe"
+    ),
 }
 
 

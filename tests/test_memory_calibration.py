@@ -196,8 +196,9 @@ def test_seed_layouts_fit_their_gpus(config):
     assert r.valid, error_codes(r)
     assert r.fits and r.peak_gib <= r.usable_gib
     assert "MEMORY_OVER_BUDGET" not in [f.code for f in r.findings]
-    # the stated overhead and the MoE assumptions are part of the answer
-    assert r.overhead_gib == 6.0
+    # the measured overhead beyond the tensors (allocator cache and memory outside PyTorch) and the MoE assumptions
+    # are part of the answer
+    assert r.overhead_gib > 9.0 and any("outside PyTorch" in a for a in r.assumptions)
     assert any("balanced routing" in a for a in r.assumptions)
 
 

@@ -9,7 +9,8 @@ from moe_long_context.engine.context import build_context
 from moe_long_context.engine.schedule import peak_in_flight, warmup_forwards
 from moe_long_context.memory.activations import kept, layer_inventory, removed, shard_of
 from moe_long_context.memory.buffers import deepep_buffer_bytes, graph_static_bytes, hybridep_buffer_bytes
-from moe_long_context.memory.rank_memory import DEFAULT_OVERHEAD_GIB, memory_model
+from moe_long_context.memory.overhead import allocator_cache_fraction, outside_pytorch_gib
+from moe_long_context.memory.rank_memory import memory_model
 from moe_long_context.memory.terms import GIB
 from seed_layouts import DSV3_128K, DSV3_SPLIT, QWEN_128K, QWEN_SPLIT
 
@@ -194,12 +195,50 @@ def test_cuda_graph_static_buffers_by_hand():
     assert graph_static_bytes(ctx, sh, [0, 1, 2]) == 3 * per_layer
 
 
-def test_overhead_default_and_override():
+def test_overhead_default_is_the_measured_cache_and_outside_memory_and_overhead_gib_replaces_it():
+    """Default: the allocator cache (a measured fraction of the tensors) and the memory outside PyTorch (a measured
+    constant), both from the calibration corpus; overhead_gib replaces the two with one fixed term."""
     default = memory_model(ctx_of(**DSV3))
-    assert default.overhead_gib == DEFAULT_OVERHEAD_GIB
-    assert any(t.name == "fixed overhead" and t.bytes == 6 * GIB for t in default.ranks[0].terms)
+    rank = default.ranks[0]
+    terms = {t.name: t.bytes for t in rank.terms}
+    tensors = rank.allocated
+    assert terms["allocator cache (reserved, not allocated)"] == pytest.approx(
+        allocator_cache_fraction("h100") * tensors
+    )
+    assert terms["memory outside PyTorch (CUDA context, NCCL, comm libraries)"] == outside_pytorch_gib() * GIB
+    assert rank.reserved == pytest.approx(tensors * (1 + allocator_cache_fraction("h100")))
+    assert rank.total == pytest.approx(rank.reserved + outside_pytorch_gib() * GIB)
+    peak = default.peak_rank
+    assert default.overhead_gib == pytest.approx((peak.total - peak.allocated) / GIB)
     given = memory_model(ctx_of(**DSV3, overhead_gib=2.5))
-    assert given.ranks[0].total == pytest.approx(default.ranks[0].total - 3.5 * GIB)
+    assert given.ranks[0].total == pytest.approx(tensors + 2.5 * GIB)
+    assert [t.name for t in given.ranks[0].terms if t.name.endswith("overhead")] == ["fixed overhead"]
+    assert given.overhead_gib == pytest.approx(2.5)
+
+
+def test_bf16_gradients_without_the_precision_aware_optimizer_add_the_optimizer_step_copy():
+    """distrib_optimizer.py:2782: a BF16 grad buffer hands the optimizer shard_model_grad.float(), an FP32 copy of
+    the rank's shard, after the activations are freed. It sets the peak when it is the larger: GLM-5.2 pretraining on
+    352 H100 (PP11, EDP 1, full recompute at 2K) holds 2,415.9M unsharded expert parameters on rank 1."""
+    cfg = dict(model="glm-5", gpu="h100", num_gpus=352, seq_len=2048, tp=1, cp=1, ep=32, etp=1, pp=11, gbs=1024,
+               pipeline_layout="Etttttt|tttttttt|tttttttt|tttttttt|tttttttt|tttttttt|tttttttt|tttttttt|tttttttt|tttt|ttttmL",
+               dispatcher="flex-deepep", recompute_granularity="full", recompute_method="uniform",
+               recompute_num_layers=1, overhead_gib=0)  # fmt: skip
+    fp32 = memory_model(ctx_of(**cfg, grad_reduce_in_fp32=True)).ranks[1]
+    bf16 = memory_model(ctx_of(**cfg, grad_reduce_in_fp32=False)).ranks[1]
+    name = "optimizer-step transient (FP32 copy of the BF16 gradient shard)"
+    assert name not in {t.name for t in fp32.terms}  # an FP32 buffer's .float() is itself
+    terms = {t.name: t.bytes for t in bf16.terms}
+    params = terms["parameters"] / 2  # BF16 parameters on the rank
+    experts = 8 * 256 * 3 * 6144 * 2048 / 32  # 8 MoE layers x 256 SwiGLU experts (6144 x 2048) over EP 32
+    copy = 4 * ((params - experts) / 32 + experts)  # FP32: dense sharded over DP 32, experts over EDP 1
+    freed = sum(t.bytes for t in bf16.terms[3:] if t.name != name and "DeepEP" not in t.name)
+    assert terms[name] == pytest.approx(copy - freed, rel=1e-3)
+    # the precision-aware optimizer takes the BF16 view (decoupled_grad) instead
+    aware = memory_model(ctx_of(**cfg, grad_reduce_in_fp32=False, use_precision_aware_optimizer=True)).ranks[
+        1
+    ]
+    assert name not in {t.name for t in aware.terms}
 
 
 def test_activation_offload_frees_the_offloaded_inputs():

@@ -63,7 +63,7 @@ MEMORY = re.compile(
     r"(?P<gib>[\d.]+) GiB"
 )
 PICK = re.compile(
-    r"pick_recompute\(`moe-lc://layouts/(?P<layout>[\w-]+)` without recompute or offload\) → (?P<labels>(?:`\w+`,? ?)+): "
+    r"pick_recompute\(`moe-lc://layouts/(?P<layout>[\w-]+)` without recompute or offload\) → (?P<labels>(?:`\w+`,? ?)+|full recompute): "
     r"(?P<before>[\d.]+) → (?P<after>[\d.]+) GiB"
 )
 THROUGHPUT = re.compile(
@@ -71,7 +71,10 @@ THROUGHPUT = re.compile(
 )
 HEADROOM = re.compile(r"headroom of (?P<pct>\d+) % of usable HBM")
 DEFAULT_BATCH = re.compile(r"2\^23 tokens a step,? \(?(?P<gbs>\d+) sequences at (?P<seq>\d+) tokens")
-STATED = re.compile(r"stated error (?:is |of )(?P<pct>\d+) %")
+STATED = re.compile(r"stated error of (?P<pct>\d+) % for (?P<family>[a-z][a-z0-9]*_[a-z0-9_]+)")
+FAMILY_ERROR = re.compile(
+    r"(?P<pct>\d+) % for (?P<family>[a-z][a-z0-9]*_[a-z0-9_]+)"
+)  # every family's figure
 CAPACITY = re.compile(r"the (?P<gib>[\d.]+) GiB of an? (?P<gpu>[A-Z]+\d+)")
 LAYOUT_SHAPED = re.compile(
     r"\b(?:E?TP|CP|EP|V?PP|E?DP)=?\d"
@@ -275,7 +278,10 @@ def test_pick_recompute_statements_match_the_picker():
             config.pop(key, None)
         config["optimizer_cpu_offload_fraction"] = 0.0
         result = TOOL["pick_recompute"].call(config)
-        assert result.recompute_modules == re.findall(r"`(\w+)`", m["labels"]), f"{doc}: {m.group(0)}"
+        if m["labels"] == "full recompute":
+            assert result.recompute_granularity == "full", f"{doc}: {m.group(0)}"
+        else:
+            assert result.recompute_modules == re.findall(r"`(\w+)`", m["labels"]), f"{doc}: {m.group(0)}"
         assert result.peak_gib_before == pytest.approx(float(m["before"]), abs=0.05)
         assert result.peak_gib_after == pytest.approx(float(m["after"]), abs=0.05)
 
@@ -298,7 +304,7 @@ def test_throughput_statements_match_estimate_throughput():
 
 def test_headroom_batch_and_stated_error_match_the_tools():
     """README and SKILL.md state the headroom default, the default global batch and the stated error."""
-    from moe_long_context.engine.step_time import STATED_ERROR
+    from moe_long_context.engine.stated_error import stated_error, stated_errors
     from moe_long_context.tools.plan_search import default_gbs
 
     for pattern in (HEADROOM, DEFAULT_BATCH, STATED):
@@ -308,8 +314,9 @@ def test_headroom_batch_and_stated_error_match_the_tools():
             assert TOOL[tool].request.model_fields["headroom"].default * 100 == int(m["pct"]), doc
     for doc, m in _in_readme_and_docs(DEFAULT_BATCH):
         assert default_gbs(int(m["seq"])) == int(m["gbs"]) == 2**23 // int(m["seq"]), doc
-    for doc, m in _in_readme_and_docs(STATED):
-        assert int(m["pct"]) == STATED_ERROR * 100, doc
+    for doc, m in _in_readme_and_docs(FAMILY_ERROR):
+        assert m["family"] in stated_errors()["throughput"]["by_family"], f"{doc}: {m.group(0)}"
+        assert int(m["pct"]) == round(stated_error("throughput", m["family"]) * 100), f"{doc}: {m.group(0)}"
     # a job with no published layout is planned at that default batch
     r = TOOL["plan_layout"].call({"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 131072,
                                   "top_n": 1})  # fmt: skip

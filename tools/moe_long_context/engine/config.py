@@ -361,7 +361,7 @@ class MemoryArgs(_Args):
         ge=0.0,
         le=1024.0,
         description="Memory outside PyTorch's allocated tensors, in GiB: CUDA context, NCCL and library "
-        "workspaces, allocator fragmentation. Unset: the engine's stated default (see the result's assumptions).",
+        "workspaces, allocator fragmentation. Unset: the allocator cache and outside memory measured by the calibration.",
     )
     cross_entropy_fusion: CrossEntropyFusion = Field(
         default="native",

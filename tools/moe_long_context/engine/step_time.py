@@ -18,6 +18,7 @@ from ..model.params import attention_params, layer_params, mlp_params, spec_cach
 from ..model.specs import GpuSpec, ModelSpec
 from .context import Context
 from .pipeline import PipelineSplit
+from .step_time_ep import ep_traffic
 from .step_time_hybrid import (
     dsa_gathered_width,
     hybrid_core_flops_per_token,
@@ -41,10 +42,6 @@ DP_EXPOSED = 0.2  # share of the gradient reduce-scatter / parameter all-gather 
 CPU_ADAM_BYTES_PER_S = 20e9  # host-side Adam throughput on offloaded state (bytes of state per second)
 
 COMM_FORWARD_SHARE = {"tp_comm": 0.5, "cp_comm": 1 / 3, "ep_comm": 0.5}  # forward share of each comm term
-# The model's stated error on tokens/s (and TFLOP/s), against the published runs it is tested on
-# (tests/test_estimate_throughput.py): the Megatron Bridge 4K performance table and the long-context MFU of
-# DeepSeek-V3 on H100 the Bridge skill card reports. Plans closer than this are ties.
-STATED_ERROR = 0.25
 
 ASSUMPTIONS = [
     "Model FLOPs: Megatron-LM num_floating_point_operations (3 x fwd, FMA = 2, causal core attention halved), "
@@ -65,7 +62,8 @@ ASSUMPTIONS = [
     "attention, not hidden; a2a+p2p does a2a inside its first level and the ring over the second.",
     "The output layer (logits) runs in BF16 also when the transformer layers run FP8/FP4.",
     "EP: dispatch and combine of tokens x top-k x hidden (FP8 dispatch with quantized precision, BF16 combine), "
-    "fwd and bwd; the share leaving a node crosses the network; dispatcher efficiency "
+    "fwd and bwd; with alltoall the copies on other nodes cross the network, while DeepEP and HybridEP send a token "
+    "once per remote node it needs (expected count for balanced routing) and forward it over NVLink; dispatcher efficiency "
     + ", ".join(f"{k} {v:.0%}" for k, v in A2A_EFFICIENCY.items())
     + f"; with ep_overlap {EP_OVERLAP:.0%} hidden.",
     "Pipeline: step = (microbatches + (PP - 1) / VPP) x the busiest stage's microbatch time (interleaved 1F1B); "
@@ -81,10 +79,10 @@ ASSUMPTIONS = [
     "core_attn the attention forward and its CP exchange. No selective label other than core_attn replays "
     "core attention. Full recompute replays a layer's whole forward (1/3 of GEMM, attention and memory-bound "
     "time, the forward share of TP, CP and EP communication) for the layers it checkpoints.",
-    f"Stated error: tokens/s within {STATED_ERROR:.0%} of the published runs the model is tested on "
-    "(Megatron Bridge 4K table; DeepSeek-V3 at 128K and 256K on H100 at about 15 % MFU); plans closer than "
-    "that are ties. Per-kernel launch and framework overheads are not modelled: at 4K on 8 GPUs (Bridge's "
-    "Moonlight recompute study) they dominate and the absolute estimate is several times too fast.",
+    "Stated error: the spread measured against the calibration corpus (engine/stated_error.yaml, README "
+    "Calibration), per model family where the corpus has enough of its rows. Per-kernel launch and framework "
+    "overheads are not modelled: at 4K on 8 GPUs (Bridge's Moonlight recompute study) they dominate and the "
+    "absolute estimate is several times too fast.",
 ]
 
 
@@ -288,7 +286,6 @@ def step_time(
     tp_bw = _group_bandwidth(gpu, c.tp)
     ep_group = lay.ep * lay.etp
     a2a_eff = A2A_EFFICIENCY.get(c.dispatcher, 0.5)
-    in_node = min(ep_group, gpu.nvlink_domain) / ep_group if ep_group > 1 else 1.0
     dispatch_bytes = 1 if c.precision != "bf16" else 2
 
     # Layers of a kind take the same time for the same parallel sizes and knobs, whatever the PP split: the
@@ -351,10 +348,9 @@ def step_time(
                 cost += seconds - min(t["attention"], seconds) * CP_OVERLAP
             t["cp_comm"] = cost
         if is_moe and ep_group > 1:
-            per_transfer = tokens_rank * m.moe_router_topk * m.moe_token_width * (ep_group - 1) / ep_group
-            volume = 2 * per_transfer * (dispatch_bytes + 2)  # fwd + bwd, dispatch + combine
-            inter = volume * (1 - in_node)
-            intra = volume * in_node
+            # routed tokens travel at the latent width under LatentMoE (moe_token_width), else the hidden size
+            inter, intra = ep_traffic(c.dispatcher, tokens_rank, m.moe_router_topk, m.moe_token_width,
+                                      m.num_experts, ep_group, gpu.nvlink_domain, dispatch_bytes + 2)  # fmt: skip
             t_a2a = max(inter / (gpu.network_gbps * 1e9), intra / (gpu.nvlink_gbps * 1e9)) / a2a_eff
             t["ep_comm"] = t_a2a * ((1 - EP_OVERLAP) if c.ep_overlap else 1.0)
         if rc.granularity:

@@ -83,6 +83,19 @@ def add_commands(sub) -> None:
     )
     b.set_defaults(handler=_build)
 
+    cal = ev.add_parser(
+        "calibrate",
+        help="The engine against every public measurement: summary, README table, stated error, overhead.",
+        description="Estimate every measured run of the calibration corpus (tools/moe_long_context/evals/calibration) "
+        "and print the summary. --write regenerates README's calibration section, CALIBRATION.md, the stated error "
+        "(engine/stated_error.yaml) and the measured memory overhead (memory/overhead.yaml); --check exits 1 when any "
+        "of them is stale.",
+    )
+    mode = cal.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="Rewrite the four generated files.")
+    mode.add_argument("--check", action="store_true", help="Exit 1 when a generated file is stale.")
+    cal.set_defaults(handler=_calibrate)
+
     rep = ev.add_parser("report", help="Write BENCHMARK.md from a benchmark.json.")
     rep.add_argument("benchmark", type=Path, help="benchmark.json")
     rep.add_argument("--out", type=Path, help="Markdown file to write (default: print).")
@@ -253,6 +266,30 @@ def _build(ns) -> int:
         return 0
     out.write_text(text)
     print(f"wrote {out} ({text.count(chr(10))} lines)")
+    return 0
+
+
+def _calibrate(ns) -> int:
+    from .calibration import generate
+    from .calibration.evaluate import evaluate
+    from .calibration.report import summary_markdown
+
+    if ns.check:
+        stale = generate.stale()
+        if stale:
+            names = ", ".join(str(p.relative_to(generate.REPO)) for p in stale)
+            print(f"stale: {names} (run `moe-lc eval calibrate --write` and commit them)", file=sys.stderr)
+            return 1
+        print("calibration files match the corpus")
+        return 0
+    if ns.write:
+        changed = generate.write()
+        print(
+            "wrote "
+            + (", ".join(str(p.relative_to(generate.REPO)) for p in changed) or "nothing (all current)")
+        )
+        return 0
+    print(summary_markdown(evaluate()))
     return 0
 
 

@@ -23,7 +23,7 @@ from ..tools.plan_layout import PlanLayoutRequest, PlanLayoutResult
 
 # Okabe & Ito, "Color Universal Design" (2008): eight colours told apart with every common colour-vision
 # deficiency. Each memory component belongs to one group, matched by name in this order; a group keeps
-# its colour in every report. Grey (not one of the eight) is the fixed overhead, hatched grey anything new.
+# its colour in every report. Grey (not one of the eight) is the memory beyond the tensors, hatched grey anything new.
 COMPONENT_COLOURS: tuple[tuple[str, str, str], ...] = (
     # (group, colour, how a component name matches: "=name", "^prefix" or "~substring")
     ("parameters", "#0072B2", "=parameters"),  # blue
@@ -35,7 +35,9 @@ COMPONENT_COLOURS: tuple[tuple[str, str, str], ...] = (
     ("transients", "#CC79A7", "~transient"),  # reddish purple
     ("dispatcher and CUDA-graph buffers", "#000000", "~buffers"),  # black
     ("dispatcher and CUDA-graph buffers", "#000000", "^CUDA-graph"),
-    ("fixed overhead", "#999999", "=fixed overhead"),
+    ("overhead", "#999999", "=fixed overhead"),
+    ("overhead", "#999999", "^allocator cache"),
+    ("overhead", "#999999", "^memory outside PyTorch"),
 )
 UNKNOWN = ("other", "repeating-linear-gradient(45deg, #bbbbbb 0 4px, #ffffff 4px 8px)")
 

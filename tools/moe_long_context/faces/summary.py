@@ -153,7 +153,7 @@ def _estimate_memory(d: dict[str, Any]) -> list[str]:
     lines = [
         f"estimate_memory: {fits}; {_verdict(d)}",
         f"peak {_gib(d['peak_gib'])} on PP rank {d['peak_pp_rank']}, usable {_gib(d['usable_gib'])}, "
-        f"headroom {_gib(d['headroom_gib'])} (includes {d['overhead_gib']:g} GiB fixed overhead)",
+        f"headroom {_gib(d['headroom_gib'])} (includes {d['overhead_gib']:g} GiB beyond the tensors)",
     ]
     lines += _items(d["breakdown"], _stage_line)
     if d["assumptions"]:

@@ -18,18 +18,17 @@ from .activations import BF16, FP32, Saved, Shard, kept, removed, shard_of
 from .buffers import buffer_terms
 from .hybrid_layers import assumptions as hybrid_assumptions
 from .hybrid_layers import kind_transient, layer_inventory
-from .terms import GIB, Term
-from .weights import optimizer_assumption, padded_vocab, rank_params, static_terms
-
-# The engine's default for memory outside PyTorch's allocated tensors (CUDA context, NCCL and library
-# workspaces, allocator fragmentation), see DEFAULT_OVERHEAD_WHY.
-DEFAULT_OVERHEAD_GIB = 6.0
-DEFAULT_OVERHEAD_WHY = (
-    "6 GiB outside allocated tensors (CUDA context, NCCL and cuBLAS/TE workspaces, allocator "
-    "fragmentation): Megatron Bridge's H100 memory study (skill nemo-mbridge-perf-activation-recompute, "
-    "Nemotron 3 Nano) ran out of memory with about 72.9 GiB allocated of the 79.11 GiB PyTorch reports, and "
-    "its Moonlight study shows ~3.4 GB reserved above the allocated peak; set overhead_gib to replace it"
+from .overhead import (
+    CACHE_TERM,
+    FIXED_TERM,
+    OUTSIDE_TERM,
+    OVERHEAD_TERMS,
+    allocator_cache_fraction,
+    outside_pytorch_gib,
 )
+from .overhead import why as overhead_why
+from .terms import GIB, Term
+from .weights import optimizer_assumption, padded_vocab, rank_params, static_terms, step_grad_copy_bytes
 
 
 @dataclass
@@ -47,6 +46,16 @@ class RankMemory:
     @property
     def total(self) -> float:
         return sum(t.bytes for t in self.terms)
+
+    @property
+    def allocated(self) -> float:
+        """PyTorch's allocated peak: every term but the memory outside the tensors."""
+        return sum(t.bytes for t in self.terms if t.name not in OVERHEAD_TERMS)
+
+    @property
+    def reserved(self) -> float:
+        """PyTorch's reserved pool at the peak: the tensors and the allocator's cached blocks."""
+        return self.allocated + sum(t.bytes for t in self.terms if t.name == CACHE_TERM)
 
 
 @dataclass
@@ -194,7 +203,9 @@ def rank_memory(
     mtp = sum(s.mtp for s in stages)
     has_e, has_l = any(s.embedding for s in stages), any(s.loss for s in stages)
     mem = RankMemory(rank, layers, mtp, has_e, has_l, [])
-    mem.terms += static_terms(ctx, rank_params(ctx, layers, mtp, has_e, has_l))
+    params = rank_params(ctx, layers, mtp, has_e, has_l)
+    mem.terms += static_terms(ctx, params)
+    static_count = len(mem.terms)
 
     chunks = [cache.chunk(layers_by_stage[rank][v], s.mtp, s.embedding, s.loss) for v, s in enumerate(stages)]
     held, counts = peak_in_flight(
@@ -232,6 +243,19 @@ def rank_memory(
         mem.terms.append(
             Term(f"layer-kind transient: {what}", transient, "one layer at a time, see assumptions")
         )
+    # The optimizer step runs after the activations and transients are gone; its FP32 gradient copies set the
+    # peak when they are larger (BF16 gradient buffers with experts unsharded over a small EDP).
+    step_copy = step_grad_copy_bytes(ctx, params)
+    freed = sum(t.bytes for t in mem.terms[static_count:])
+    if step_copy > freed:
+        mem.terms.append(
+            Term(
+                "optimizer-step transient (FP32 copy of the BF16 gradient shard)",
+                step_copy - freed,
+                f"{step_copy / GIB:.3g} GiB of FP32 gradients (distrib_optimizer.py:2782) less the "
+                f"{freed / GIB:.3g} GiB of activations and transients freed before the step",
+            )
+        )
     mem.terms += buffer_terms(ctx, sh, layers, held)
     return mem
 
@@ -250,7 +274,21 @@ def _in_flight_basis(counts: list[int], per_microbatch: list[float]) -> str:
 
 
 def overhead_gib(ctx: Context) -> float:
-    return ctx.cfg.overhead_gib if ctx.cfg.overhead_gib is not None else DEFAULT_OVERHEAD_GIB
+    """The overhead every rank carries whatever its tensors: overhead_gib as given, else the memory outside
+    PyTorch (the allocator cache, proportional to the tensors, comes on top; see ``overhead_terms``)."""
+    return ctx.cfg.overhead_gib if ctx.cfg.overhead_gib is not None else outside_pytorch_gib()
+
+
+def overhead_terms(ctx: Context, allocated: float) -> list[Term]:
+    """Memory beyond the tensors: the request's fixed overhead_gib, or the two measured parts (overhead.py)."""
+    if ctx.cfg.overhead_gib is not None:
+        return [Term(FIXED_TERM, ctx.cfg.overhead_gib * GIB, "overhead_gib as given")]
+    gpu = ctx.gpu.id if ctx.gpu is not None else None
+    fraction = allocator_cache_fraction(gpu)
+    return [
+        Term(CACHE_TERM, fraction * allocated, f"{fraction:.1%} of the {allocated / GIB:.3g} GiB of tensors"),
+        Term(OUTSIDE_TERM, outside_pytorch_gib() * GIB, "measured device - reserved (see assumptions)"),
+    ]
 
 
 def memory_model(ctx: Context) -> MemoryModel | None:
@@ -259,19 +297,16 @@ def memory_model(ctx: Context) -> MemoryModel | None:
         return None
     sh = shard_of(ctx)
     layers_by_stage = _stage_layers(ctx)
-    overhead = overhead_gib(ctx) * GIB
     cache = InventoryCache(ctx, sh)
     ranks = []
     for r in range(ctx.cfg.pp):
         mem = rank_memory(ctx, r, layers_by_stage, sh, cache)
-        why = (
-            "overhead_gib as given"
-            if ctx.cfg.overhead_gib is not None
-            else "engine default (see assumptions)"
-        )
-        mem.terms.append(Term("fixed overhead", overhead, why))
+        mem.terms += overhead_terms(ctx, mem.allocated)
         ranks.append(mem)
-    return MemoryModel(ranks=ranks, overhead_gib=overhead / GIB, assumptions=assumptions(ctx, sh))
+    peak = max(ranks, key=lambda m: (m.total, -m.pp_rank))
+    return MemoryModel(
+        ranks=ranks, overhead_gib=(peak.total - peak.allocated) / GIB, assumptions=assumptions(ctx, sh)
+    )
 
 
 def assumptions(ctx: Context, sh: Shard) -> list[str]:
@@ -334,11 +369,14 @@ def assumptions(ctx: Context, sh: Shard) -> list[str]:
             "back on the GPU during its backward."
         )
     if c.overhead_gib is None:
-        out.append(f"Fixed overhead: {DEFAULT_OVERHEAD_WHY}.")
+        out.append(f"Beyond the tensors: {overhead_why(ctx.gpu.id if ctx.gpu is not None else None)}.")
     else:
-        out.append(f"Fixed overhead: {c.overhead_gib:g} GiB as given (overhead_gib).")
+        out.append(
+            f"Fixed overhead: {c.overhead_gib:g} GiB as given (overhead_gib), instead of the measured parts."
+        )
     out.append(
-        "Not modelled: the optimizer step's temporaries (smaller than the forward/backward peak in these "
-        "layouts), token-routing imbalance, packed-sequence padding, NCCL user buffers."
+        "Optimizer step: with a BF16 gradient buffer the FP32 gradient copies Megatron allocates for the step count "
+        "when they exceed the activations freed before it. Not modelled: token-routing imbalance, packed-sequence "
+        "padding, NCCL user buffers."
     )
     return out

@@ -187,6 +187,26 @@ def _fsdp_terms(ctx: Context, p: RankParams, d_dense: int, d_exp: int, grad: int
     return terms
 
 
+def step_grad_copy_bytes(ctx: Context, p: RankParams) -> float:
+    """The FP32 gradients the optimizer step allocates: with a BF16 gradient buffer Megatron hands the optimizer
+    ``shard_model_grad.float()``, a new FP32 tensor per shard, unless the precision-aware optimizer takes the BF16
+    view (MCore 0.19.2 distrib_optimizer.py:2774-2782; ``use_precision_aware_optimizer_no_fp8_or_ds_fp8``,
+    optimizer_config.py:404-411: precision-aware with no FP8 recipe, delayed scaling or CPU offload). They live
+    through the step, after the activations are freed; an FP32 gradient buffer needs no copy."""
+    c = ctx.cfg
+    if c.grad_reduce_in_fp32:
+        return 0.0
+    decoupled = c.use_precision_aware_optimizer and (
+        c.precision in ("bf16", "fp8-delayed") or c.optimizer_cpu_offload_fraction > 0
+    )
+    if decoupled:
+        return 0.0
+    lay = ctx.layout
+    d_dense = (lay.dp or 1) * c.cp if c.use_distributed_optimizer else 1
+    d_exp = (lay.edp or 1) if c.use_distributed_optimizer else 1
+    return FP32 * (p.dense / d_dense + p.experts / d_exp) * (1.0 - c.optimizer_cpu_offload_fraction)
+
+
 def optimizer_assumption(ctx: Context) -> str:
     c = ctx.cfg
     master, moments = master_and_moment_bytes(ctx)

@@ -15,6 +15,7 @@ from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import FAMILIES, finding, run
 from ..engine.rules.upstream import coverage
+from ..engine.stated_error import basis, stated_error
 from ..errors import InputError
 from ..memory.rank_memory import MemoryModel, RankMemory, memory_model, overhead_gib
 from ..memory.terms import GIB
@@ -61,7 +62,14 @@ class EstimateMemoryResult(Judged):
     )
     fits: bool | None = Field(description="peak_gib <= usable_gib; None without a GPU or an estimate.")
     headroom_gib: float | None = Field(description="usable_gib - peak_gib (negative when it does not fit).")
-    overhead_gib: float = Field(description="The fixed overhead included in every rank's total.")
+    overhead_gib: float = Field(
+        description="Memory beyond the tensors in the peak rank's total: allocator cache and memory outside "
+        "PyTorch (measured in the calibration corpus), or overhead_gib as given."
+    )
+    stated_error: float = Field(
+        description="Relative error the model states on peak_gib: the calibration's measured spread for the "
+        "model's family (assumptions say what it rests on)."
+    )
     breakdown: list[StageBreakdown] = Field(
         description="Per PP stage (first, last and the most loaded), per component."
     )
@@ -200,9 +208,14 @@ def estimate_memory(req: EstimateMemoryRequest) -> EstimateMemoryResult:
         usable_gib=usable,
         fits=(peak <= usable) if peak is not None and usable is not None else None,
         headroom_gib=round(usable - peak, 3) if peak is not None and usable is not None else None,
-        overhead_gib=overhead_gib(ctx),
+        overhead_gib=round(model.overhead_gib, 3) if model is not None else overhead_gib(ctx),
+        stated_error=stated_error("memory", ctx.model.family),
         breakdown=breakdown(ctx, model) if model is not None else [],
-        assumptions=model.assumptions if model is not None else [],
+        assumptions=(
+            [*model.assumptions, "Stated error " + basis("memory", ctx.model.family) + "."]
+            if model is not None
+            else []
+        ),
         findings=findings,
         **coverage(cfg, ctx.model),
     )

@@ -14,9 +14,11 @@ from ..engine.context import build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import run
 from ..engine.rules.upstream import coverage
-from ..engine.step_time import ASSUMPTIONS, STATED_ERROR, step_time
+from ..engine.stated_error import basis, stated_error
+from ..engine.step_time import ASSUMPTIONS, step_time
 from ..errors import InputError
 from .estimate_memory import ESTIMATE_FAMILIES, require_seq_len
+from .step_findings import dominant_term_findings
 
 
 class EstimateThroughputRequest(TrainingConfig):
@@ -44,7 +46,10 @@ class EstimateThroughputResult(Judged):
     recompute_by_label_s: dict[str, float] = Field(
         description="The recompute term split by the label (or 'full') that replays the work."
     )
-    stated_error: float = Field(description="Relative error the model states on tokens/s and TFLOP/s.")
+    stated_error: float = Field(
+        description="Relative error the model states on tokens/s and TFLOP/s: the calibration's measured spread for "
+        "the model's family (assumptions say what it rests on)."
+    )
     assumptions: list[str] = Field(description="Every constant and simplification of the model.")
     findings: list[Finding]
 
@@ -57,6 +62,8 @@ def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputRes
             "gpu", None, "a GPU catalog id (h100, h200, b200, b300, gb200, gb300): time needs a GPU"
         )
     ctx = build_context(cfg)
+    error = stated_error("throughput", ctx.model.family)
+    assumptions = [*ASSUMPTIONS, "Stated error " + basis("throughput", ctx.model.family) + "."]
     findings = sort_findings(run(ctx, ESTIMATE_FAMILIES))
     empty = dict.fromkeys(
         ("step_s", "tokens_per_step", "tokens_per_s", "tokens_per_s_range", "tflops_per_gpu", "mfu",
@@ -64,17 +71,18 @@ def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputRes
     )  # fmt: skip
     if has_errors(findings) or ctx.split.split is None or ctx.num_microbatches is None:
         return EstimateThroughputResult(
-            valid=False, **empty, terms_s={}, recompute_by_label_s={}, stated_error=STATED_ERROR,
-            assumptions=list(ASSUMPTIONS), findings=findings, **coverage(cfg, ctx.model),
+            valid=False, **empty, terms_s={}, recompute_by_label_s={}, stated_error=error,
+            assumptions=assumptions, findings=findings, **coverage(cfg, ctx.model),
         )  # fmt: skip
     st = step_time(ctx)
+    findings = sort_findings(findings + dominant_term_findings(ctx, st))
     rate = st.tokens_per_step / st.step_s
     return EstimateThroughputResult(
         valid=True,
         step_s=round(st.step_s, 4),
         tokens_per_step=st.tokens_per_step,
         tokens_per_s=round(rate, 1),
-        tokens_per_s_range=[round(rate * (1 - STATED_ERROR), 1), round(rate * (1 + STATED_ERROR), 1)],
+        tokens_per_s_range=[round(rate * max(0.0, 1 - error), 1), round(rate * (1 + error), 1)],
         tflops_per_gpu=round(st.tflops_per_gpu, 1),
         mfu=round(st.mfu, 4),
         mfu_denominator_tflops=st.mfu_denominator_tflops,
@@ -82,8 +90,8 @@ def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputRes
         bubble_fraction=round(st.bubble_fraction, 4),
         terms_s={k: round(v, 4) for k, v in sorted(st.terms.items(), key=lambda kv: -kv[1])},
         recompute_by_label_s={k: round(v, 4) for k, v in sorted(st.recompute_by_label.items())},
-        stated_error=STATED_ERROR,
-        assumptions=list(ASSUMPTIONS),
+        stated_error=error,
+        assumptions=assumptions,
         findings=findings,
         **coverage(cfg, ctx.model),
     )

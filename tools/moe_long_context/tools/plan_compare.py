@@ -44,17 +44,28 @@ def _references(
         # the TE loss kernel is a Bridge recipe choice Megatron-LM refuses (LM_CROSS_ENTROPY_TE)
         if req.launcher == "megatron-lm" and c.get("cross_entropy_fusion") == "te":
             c["cross_entropy_fusion"] = "native"
-        cfg = TrainingConfig(**_vpp_from_layout(c))
-        ctx = Context(cfg=cfg, model=model, gpu=gpu)
-        found = run(ctx)
-        mm = memory_model(ctx) if not has_errors(found) else None
-        evaluated = None
-        if mm is not None:
-            peak = mm.peak_rank.total
-            step = step_time(ctx)
-            evaluated = Evaluated(cfg, ctx, peak, step, found, [f"published layout: {layout.title}"])
-        out.append((layout, evaluated))
+        out.append((layout, _evaluate(c, model, gpu, [f"published layout: {layout.title}"])))
     return out
+
+
+def _evaluate(c: dict, model: ModelSpec, gpu: GpuSpec, notes: list[str]) -> Evaluated | None:
+    cfg = TrainingConfig(**_vpp_from_layout(c))
+    ctx = Context(cfg=cfg, model=model, gpu=gpu)
+    found = run(ctx)
+    if has_errors(found):
+        return None
+    return Evaluated(cfg, ctx, memory_model(ctx).peak_rank.total, step_time(ctx), found, notes)
+
+
+def as_plan(ref: Evaluated, model: ModelSpec, gpu: GpuSpec) -> Evaluated | None:
+    """A published layout as a plan: every plan is written for both launchers, and Megatron-LM refuses the TE
+    loss kernel of Bridge's recipes (LM_CROSS_ENTROPY_TE), so the plan keeps the native fused loss (its FP32
+    logits re-evaluated for memory and time)."""
+    if ref.cfg.cross_entropy_fusion != "te":
+        return ref
+    c = {**ref.cfg.model_dump(exclude_defaults=True), "cross_entropy_fusion": "native"}
+    note = "the native fused loss, not the recipe's TE kernel: Megatron-LM refuses it (LM_CROSS_ENTROPY_TE)"
+    return _evaluate(c, model, gpu, [*ref.notes, note])
 
 
 def _same_plan(a: Evaluated, b: Evaluated) -> bool:

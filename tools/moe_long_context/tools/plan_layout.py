@@ -19,12 +19,12 @@ from typing import Any
 
 from ..engine.config import TrainingConfig
 from ..engine.rules.upstream import coverage
+from ..engine.stated_error import stated_error
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
-from ..engine.step_time import STATED_ERROR
 from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
-from .plan_compare import _compare, _references, _same_plan, published_for
+from .plan_compare import _compare, _references, _same_plan, as_plan, published_for
 from .plan_evaluate import Evaluated, _plan, evaluate, surely_fits
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
 from .plan_search import (
@@ -154,18 +154,24 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     for layout, ref in references:
         fits = ref is not None and ref.peak <= limit
         asked[layout.id] = fits and all(getattr(ref.cfg, k) == base[k] for k in ("dispatcher", "precision"))
-        if asked[layout.id] and not any(_same_plan(ref, e) for e in found):
-            found.append(ref)
+        promoted = as_plan(ref, model, gpu) if asked[layout.id] else None
+        if (
+            promoted is not None
+            and promoted.peak <= limit
+            and not any(_same_plan(promoted, e) for e in found)
+        ):
+            found.append(promoted)
     found.sort(key=lambda e: seconds_per_token(e.step))
     groups = _vpp_groups(found)
     best = groups[0][0] if groups else None
+    tie = stated_error("throughput", model.family)  # the calibration's measured spread for this family
     plans = [
         _plan(
             i + 1,
             g[0],
             best,
             g[1:],
-            seconds_per_token(g[0].step) <= seconds_per_token(best.step) * (1 + STATED_ERROR),
+            seconds_per_token(g[0].step) <= seconds_per_token(best.step) * (1 + tie),
         )
         for i, g in enumerate(groups[: req.top_n])
     ]
@@ -198,7 +204,8 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             "CUDA graphs: TE per-layer graphs of attn, moe_router and moe_preprocess where every rule accepts "
             "them and the plan still fits; the step-time model gives them no credit (launch overheads are not "
             "modelled).",
-            f"Ranking: tokens per second; plans within {STATED_ERROR:.0%} (the model's stated error) of the top "
+            f"Ranking: tokens per second; plans within {tie:.0%} (the step-time model's stated error for {model.family}, "
+            "measured by the calibration) of the top "
             "plan are ties; plans differing only in VPP (and the split) are one plan with vpp_variants.",
             *PERF_ASSUMPTIONS,
         ],

@@ -28,6 +28,7 @@ FAMILIES = (
     "optimizer",
     "launch",
     "memory",
+    "throughput",
 )
 
 
