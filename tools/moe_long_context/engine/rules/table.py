@@ -1,4 +1,4 @@
-"""The rule table (``rules.yaml``) and the registry of checks that the rule modules fill.
+"""The rule table (``rules.yaml`` and its ``rules_<area>.yaml`` siblings) and the registry of checks that the rule modules fill.
 
 The table fixes each rule's code, family, severity, title and source; ``finding`` builds a Finding from it,
 and ``check`` registers a function under a family for ``rules.run``.
@@ -42,9 +42,16 @@ class Rule:
     source: str
 
 
+def _table_texts() -> list[str]:
+    """rules.yaml, then every rules_<area>.yaml beside it (one file per area of the upstream inventory)."""
+    folder = resources.files(__package__)
+    extra = sorted(f.name for f in folder.iterdir() if f.name.startswith("rules_") and f.name.endswith(".yaml"))
+    return [folder.joinpath(name).read_text() for name in ["rules.yaml", *extra]]
+
+
 @cache
 def rule_table() -> dict[str, Rule]:
-    entries = load_data_yaml(resources.files(__package__).joinpath("rules.yaml").read_text())
+    entries = [entry for text in _table_texts() for entry in load_data_yaml(text)]
     table = {}
     for entry in entries:
         rule = Rule(
