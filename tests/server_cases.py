@@ -120,7 +120,7 @@ VALID_CALLS += [
     (
         "plan_layout",
         {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 32768, "top_n": 1},
-        {"evaluated": 2, "feasible": 2, "gbs": 256, "valid": True},
+        {"evaluated": 18, "feasible": 18, "gbs": 256, "valid": True},
     ),
 ]
 

@@ -14,6 +14,9 @@ from moe_long_context.engine.representative import nemotron3_recipes
 from moe_long_context.engine.rules import run
 from moe_long_context.engine.stated_error import stated_error
 from moe_long_context.engine.step_time import step_time
+from moe_long_context.evals.calibration.corpus import load_corpus
+from moe_long_context.evals.calibration.evaluate import BANDS, evaluate_point
+from moe_long_context.memory.rank_memory import memory_model
 from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
 from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
 from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
@@ -172,16 +175,31 @@ def test_plan_layout_answers_at_128k(model, gpu, num_gpus):
         assert estimate_memory(request(EstimateMemoryRequest, cfg)).fits
 
 
-# Peak allocated memory Bridge r0.6.0's verification cards measured for these recipes (GiB), against the engine's
-# estimate (its 6 GiB overhead included): README.md states the ratios.
+# Peak allocated memory Bridge r0.6.0's verification cards measured for these recipes (GiB). Each run is a point of
+# the calibration corpus with the recipe's own settings, compared there with the engine's allocated level (its
+# tensors; the reserved and device levels add the measured overhead): in band, or listed with what is known.
 MEASURED = [
-    ("nemotron-3-super-pretrain", 58.079),  # nemotron-3-super-120b-a12b/card.yaml:151-193
-    ("nemotron-3-5-lightning-pretrain", 68.547),  # nemotron-3.5-lightning/card.yaml:150-192
-    ("nemotron-3-5-lightning-pretrain-8k", 158.220),  # nemotron-3.5-lightning/card.yaml:193-234
+    ("nemotron-3-super-pretrain", "card-nemotron-3-super-pretrain-h100-64", 58.079),  # card.yaml:151-192
+    ("nemotron-3-5-lightning-pretrain", "card-nemotron-3.5-lightning-pretrain-h100-16", 68.547),  # :150-192
+    (
+        "nemotron-3-5-lightning-pretrain-8k",
+        "card-nemotron-3.5-lightning-pretrain-gb200-8",
+        158.220,
+    ),  # :193-232
 ]
 
 
-@pytest.mark.parametrize(("rid", "measured"), MEASURED, ids=[r for r, _ in MEASURED])
-def test_memory_against_the_verification_cards(rid, measured):
-    peak = estimate_memory(request(EstimateMemoryRequest, RECIPES[rid].config)).peak_gib
-    assert 0.90 <= peak / measured <= 1.02, peak
+@pytest.mark.parametrize(("rid", "point", "measured"), MEASURED, ids=[r for r, _, _ in MEASURED])
+def test_memory_against_the_verification_cards(rid, point, measured):
+    corpus = load_corpus()
+    card = next(p for p in corpus.points if p.id == point)
+    assert card.measured.peak_allocated_gib == measured
+    for key, value in card.config.items():  # the calibration point runs the recipe's own settings
+        assert RECIPES[rid].config.get(key, value) == value, key
+    allocated = memory_model(build_context(TrainingConfig(**RECIPES[rid].config))).peak_rank.allocated / 2**30
+    row = next(r for r in evaluate_point(corpus, card) if r.quantity == "allocated")
+    assert row.estimate == pytest.approx(allocated, rel=0.01)
+    low, high = BANDS["memory"]
+    assert low <= allocated / measured <= high or (row.listing and row.listing.reason == "unexplained"), (
+        allocated
+    )

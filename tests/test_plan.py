@@ -109,7 +109,9 @@ def test_more_overhead_gives_plans_with_that_much_more_headroom():
     assert unchanged
     for p in unchanged:
         measured = estimate_memory(EstimateMemoryRequest(**_settings(before[p.layout]))).overhead_gib
-        assert 10.0 < measured < 16.0  # 9.42 GiB outside PyTorch and 2.6 % of the tensors on a GB200
+        assert (
+            3.77 + 0.02 * 150 < measured < 3.77 + 0.03 * 180
+        )  # 3.77 GiB outside PyTorch, 2.57 % of the tensors
         expected = before[p.layout].memory.peak_gib - measured + 10.0
         assert p.memory.peak_gib == pytest.approx(expected, abs=0.01)
 
@@ -157,7 +159,9 @@ def test_published_layout_is_feasible_and_the_top_plan_at_least_as_fast(seed, jo
 
 
 def test_a_published_layout_over_the_headroom_is_compared_not_ranked():
-    r = plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=1)
+    # the published run fits with the measured overheads; with 10 GiB outside the tensors it is over the budget
+    # (the 5 % headroom) though under the device's 184 GiB: compared, with the verdict, not offered as a plan
+    r = plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, top_n=1, overhead_gib=10.0)
     (ref,) = r.references
     assert ref.valid and not ref.fits and ref.rank is None and ref.peak_gib < 184.0
     assert "above the 174.8 GiB budget (184 GiB usable less the headroom)" in ref.verdict

@@ -30,6 +30,9 @@ from .step_time_hybrid import (
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
 GROUPED_GEMM_EFFICIENCY = 0.75  # relative to GEMM_EFFICIENCY for the expert grouped GEMMs
 ATTENTION_EFFICIENCY = 0.40  # fused attention fwd+bwd, of the BF16 peak (long-context DSV3 H100 MFU)
+# Mamba-2's chunked SSD scan (fwd + bwd Triton kernels), of the BF16 peak: fitted to Nemotron-3 Nano's measured
+# runs on five GPU types (median estimate / measured 1.04), checked on Nemotron-3 Super and 3.5 Lightning on H100.
+MAMBA_SCAN_EFFICIENCY = 0.01
 NVLINK_EFFICIENCY = 0.70
 NETWORK_EFFICIENCY = 0.75
 A2A_EFFICIENCY = {"alltoall": 0.45, "allgather": 0.35, "flex-deepep": 0.70, "flex-hybridep": 0.75,
@@ -49,7 +52,8 @@ ASSUMPTIONS = [
     f"GEMMs reach {GEMM_EFFICIENCY['bf16']:.0%} of the BF16 peak, {GEMM_EFFICIENCY['fp8']:.0%} of the FP8 peak "
     f"(casts and amax included), {GEMM_EFFICIENCY['fp4']:.0%} of FP4; expert grouped GEMMs "
     f"{GROUPED_GEMM_EFFICIENCY:.0%} of that (small per-expert shapes).",
-    f"Flash attention (fwd + bwd) runs in BF16 at {ATTENTION_EFFICIENCY:.0%} of the BF16 peak; sliding-window "
+    f"Flash attention (fwd + bwd) runs in BF16 at {ATTENTION_EFFICIENCY:.0%} of the BF16 peak; Mamba-2's SSD scan "
+    f"at {MAMBA_SCAN_EFFICIENCY:.0%} (fitted to Nemotron-3 Nano's measured runs on five GPU types); sliding-window "
     "layers attend to at most the window; Gated DeltaNet layers cost their projections plus 4 n_v d_v^2 per token.",
     f"Memory-bound work (norms, activations, permutes, residuals) moves {ELEMENTWISE_BYTES_PER_TOKEN_H} x hidden "
     "bytes per token per layer through HBM (fwd + bwd).",
@@ -318,7 +322,10 @@ def step_time(
         latent_flops = 3 * tokens_rank * latent_projection_flops_per_token(m) if is_moe else 0.0
         t["gemm"] = (dense_flops + latent_flops) / gemm + expert_flops / (gemm * GROUPED_GEMM_EFFICIENCY)
         core = _core_attention_flops_per_token(m, layer_type, seq) * tokens * 3 / c.tp
-        t["attention"] = core / (attn_rate if layer_type != "linear" else gemm)
+        rate = {"linear": gemm, "mamba": gpu.bf16_tflops * 1e12 * MAMBA_SCAN_EFFICIENCY}.get(
+            layer_type, attn_rate
+        )
+        t["attention"] = core / rate
         t["memory_bound"] = ELEMENTWISE_BYTES_PER_TOKEN_H * h * tokens_rank / hbm
         if c.tp > 1:
             volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)

@@ -24,7 +24,7 @@ from ..model.specs import ModelSpec
 
 ASSUMPTION = (
     "Mamba-2 layers: projections as GEMMs plus the SSD scan, 2 x heads x (chunk x (state + head_dim) / 2 + "
-    "2 x state x head_dim) per token, at the attention rate; DSA layers: the indexer's heads x head_dim x S per token "
+    "2 x state x head_dim) per token, at the fitted Mamba scan rate (step_time.MAMBA_SCAN_EFFICIENCY); DSA layers: the indexer's heads x head_dim x S per token "
     "plus MLA attention over the top-k keys; MLP-only hybrid layers have no attention."
 )
 

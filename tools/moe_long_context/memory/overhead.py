@@ -7,7 +7,10 @@ and DeepEP/HybridEP buffers, library workspaces). Two numbers carry the model fr
 
 * ``allocator_cache_fraction``: reserved / allocated - 1, the median over the measured (allocated, reserved)
   pairs of the calibration corpus for that GPU (all GPUs when it has fewer than three pairs);
-* ``outside_pytorch_gib``: device - reserved, the median over the measured (reserved, device) pairs.
+* ``outside_pytorch_gib``: device - reserved, the median over the measured (reserved, device) pairs, for the
+  dispatchers those pairs ran; for the others at most what the tightest measured run of them leaves between its
+  reserved pool and the device (DeepEP's NVSHMEM buffers live outside PyTorch; a run that reserves all but
+  3.8 GiB of an H100 cannot hold the 9.4 GiB measured beside DeepEP).
 
 Both are written by ``moe-lc eval calibrate --write`` into ``overhead.yaml`` from the measurements alone (no
 engine estimate enters them), so they move only when the corpus does. ``overhead_gib`` in a request replaces
@@ -39,19 +42,35 @@ def allocator_cache_fraction(gpu_id: str | None) -> float:
     return float(table["by_gpu"].get(gpu_id, table["all"]))
 
 
-def outside_pytorch_gib() -> float:
-    return float(measured_overhead()["outside_pytorch_gib"]["all"])
+def outside_pytorch_gib(dispatcher: str | None = None, across_nodes: bool = True) -> float:
+    """Measured for the dispatchers of the measured pairs with their expert group across nodes, as measured (and
+    when no dispatcher is named); bounded for the others, an expert group inside the NVLink domain included."""
+    table = measured_overhead()["outside_pytorch_gib"]
+    others = table.get("others")
+    if dispatcher is None or others is None or (across_nodes and dispatcher in table.get("dispatchers", ())):
+        return float(table["all"])
+    return float(others["gib"])
 
 
-def why(gpu_id: str | None) -> str:
+def why(gpu_id: str | None, dispatcher: str | None = None, across_nodes: bool = True) -> str:
     """One sentence on where the two numbers come from, for the result's assumptions."""
     table = measured_overhead()
     cache_ = table["allocator_cache_fraction"]
     outside = table["outside_pytorch_gib"]
     used = "this GPU's" if gpu_id in cache_["by_gpu"] else "all GPUs'"
+    gib = outside_pytorch_gib(dispatcher, across_nodes)
+    if gib == float(outside["all"]):
+        where = (
+            f"{gib:.2f} GiB outside PyTorch (median device - reserved of {outside['pairs']} measured pair(s), "
+            f"{'/'.join(outside.get('dispatchers', ()))}: {outside['evidence']})"
+        )
+    else:
+        where = (
+            f"{gib:.2f} GiB outside PyTorch (at most what {outside['others']['evidence']} leaves above its "
+            f"reserved pool; measured only beside {'/'.join(outside.get('dispatchers', ()))} across nodes)"
+        )
     return (
         f"allocator cache {allocator_cache_fraction(gpu_id):.1%} of the tensors (median reserved/allocated - 1 "
         f"of {used} {cache_['pairs_by_gpu'].get(gpu_id, cache_['pairs'])} measured pairs in the calibration "
-        f"corpus) plus {outside_pytorch_gib():.2f} GiB outside PyTorch (median device - reserved of "
-        f"{outside['pairs']} measured pair(s): {outside['evidence']}); set overhead_gib to replace both"
+        f"corpus) plus {where}; set overhead_gib to replace both"
     )

@@ -273,10 +273,18 @@ def _in_flight_basis(counts: list[int], per_microbatch: list[float]) -> str:
 # --------------------------------------------------------------------------- the model
 
 
+def _outside_key(ctx: Context) -> tuple[str, bool]:
+    """The dispatcher and whether its expert group leaves the NVLink domain (what the outside memory depends on)."""
+    domain = ctx.gpu.nvlink_domain if ctx.gpu is not None else 8
+    return ctx.cfg.dispatcher, ctx.layout.ep * ctx.layout.etp > domain
+
+
 def overhead_gib(ctx: Context) -> float:
     """The overhead every rank carries whatever its tensors: overhead_gib as given, else the memory outside
     PyTorch (the allocator cache, proportional to the tensors, comes on top; see ``overhead_terms``)."""
-    return ctx.cfg.overhead_gib if ctx.cfg.overhead_gib is not None else outside_pytorch_gib()
+    return (
+        ctx.cfg.overhead_gib if ctx.cfg.overhead_gib is not None else outside_pytorch_gib(*_outside_key(ctx))
+    )
 
 
 def overhead_terms(ctx: Context, allocated: float) -> list[Term]:
@@ -287,7 +295,9 @@ def overhead_terms(ctx: Context, allocated: float) -> list[Term]:
     fraction = allocator_cache_fraction(gpu)
     return [
         Term(CACHE_TERM, fraction * allocated, f"{fraction:.1%} of the {allocated / GIB:.3g} GiB of tensors"),
-        Term(OUTSIDE_TERM, outside_pytorch_gib() * GIB, "measured device - reserved (see assumptions)"),
+        Term(
+            OUTSIDE_TERM, outside_pytorch_gib(*_outside_key(ctx)) * GIB, "device - reserved (see assumptions)"
+        ),
     ]
 
 
@@ -369,7 +379,9 @@ def assumptions(ctx: Context, sh: Shard) -> list[str]:
             "back on the GPU during its backward."
         )
     if c.overhead_gib is None:
-        out.append(f"Beyond the tensors: {overhead_why(ctx.gpu.id if ctx.gpu is not None else None)}.")
+        out.append(
+            f"Beyond the tensors: {overhead_why(ctx.gpu.id if ctx.gpu is not None else None, *_outside_key(ctx))}."
+        )
     else:
         out.append(
             f"Fixed overhead: {c.overhead_gib:g} GiB as given (overhead_gib), instead of the measured parts."

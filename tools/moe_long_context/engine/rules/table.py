@@ -45,7 +45,9 @@ class Rule:
 def _table_texts() -> list[str]:
     """rules.yaml, then every rules_<area>.yaml beside it (one file per area of the upstream inventory)."""
     folder = resources.files(__package__)
-    extra = sorted(f.name for f in folder.iterdir() if f.name.startswith("rules_") and f.name.endswith(".yaml"))
+    extra = sorted(
+        f.name for f in folder.iterdir() if f.name.startswith("rules_") and f.name.endswith(".yaml")
+    )
     return [folder.joinpath(name).read_text() for name in ["rules.yaml", *extra]]
 
 
