@@ -15,10 +15,10 @@ FILES = {
 # GPUs the engine's catalog and megatron_env can answer device queries for.
 JUDGED_GPUS = ("h100", "h200", "b200", "b300", "gb200", "gb300")
 # Bridge recipes whose model is a provider (no Hugging Face config): the engine's catalog id, or None.
-PROVIDER_MODELS = {
+PROVIDER_MODELS = {  # first match wins: Lightning's recipe functions live in the nemotron_3_nano modules
+    "nemotron_3_5_lightning": "nemotron-3.5-lightning",
     "nemotron_3_nano": "nemotron-3-nano",
     "olmoe_7b": "olmoe-1b-7b",
-    "nemotron_3_5_lightning": None,
 }
 
 

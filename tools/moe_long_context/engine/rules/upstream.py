@@ -79,7 +79,9 @@ class UpstreamCheck:
         return self.status != "not_applicable"
 
 
+@cache
 def _data(name: str) -> dict:
+    """A data file of this package, parsed once (upstream.yaml is the largest: reasons and checks share it)."""
     return yaml.load(resources.files(__package__).joinpath(name).read_text(), Loader=_Loader)
 
 
