@@ -20,7 +20,7 @@ from scripts.harness import REPO, http_server, main, node22, npm_install, packag
 
 CONFORMANCE = "@modelcontextprotocol/conformance@0.1.16"
 EXPECTED_FAILURES = Path(__file__).with_name("conformance-expected-failures.yml")
-RESULTS = REPO / "build" / "conformance"
+RESULTS = REPO / "build" / "mcp-conformance"  # not build/conformance: make conformance keeps its venv there
 GENERIC = (
     "server-initialize",
     "ping",
