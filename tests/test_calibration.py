@@ -83,11 +83,26 @@ def test_percentile_by_hand():
 
 def test_the_overhead_comes_from_the_measured_levels_alone():
     """Median of reserved / allocated - 1 per GPU (H100: GLM-5.2, Nemotron-3 Super x2, Nemotron-3.5 Lightning x2,
-    Gemma-4), and device - reserved from the GLM-5.2 pair (80,999 MiB device, 69.684 GiB reserved)."""
+    Gemma-4; a ratio, whatever the unit), device - reserved from the GLM-5.2 DeepEP pair (80,999 MiB device,
+    69.684 GB reserved as Bridge prints it), and for the other dispatchers the least an H100 run leaves above its
+    reserved pool (Lightning's 75.34 GB of 79.11 GiB)."""
     h100 = [69.684 / 65.230, 70.336 / 58.079, 69.344 / 59.0, 75.34 / 72.066, 73.893 / 68.547, 72.356 / 65.223]
     assert allocator_cache_fraction("h100") == pytest.approx(statistics.median(h100) - 1, abs=1e-4)
-    assert outside_pytorch_gib() == pytest.approx(80999 / 1024 - 69.684, abs=0.01)
+    gib = 1e9 / 2**30
+    assert outside_pytorch_gib() == pytest.approx(80999 / 1024 - 69.684 * gib, abs=0.01)
+    assert outside_pytorch_gib("flex-deepep") == outside_pytorch_gib() == 14.2
+    assert outside_pytorch_gib("flex-hybridep") == pytest.approx(79.11 - 75.34 * gib, abs=0.01)
+    assert outside_pytorch_gib("flex-deepep", across_nodes=False) == outside_pytorch_gib("alltoall") == 8.94
     assert overhead(CORPUS)["allocator_cache_fraction"]["pairs_by_gpu"]["h100"] == 6
+
+
+def test_bridge_memory_figures_are_read_as_the_gb_bridge_prints():
+    """Bridge's report_memory divides bytes by 1e9 (training/utils/train_utils.py:1287-1294): the cards' 58.079
+    (Nemotron-3 Super, allocated) is 54.09 GiB."""
+    card = next(p for p in CORPUS.points if p.id == "card-nemotron-3-super-pretrain-h100-64")
+    assert card.measured.peak_allocated_gib == pytest.approx(58.079e9 / 2**30, abs=1e-3)
+    assert card.measured.peak_allocated_gib == pytest.approx(54.091, abs=1e-3)
+    assert CORPUS.sources["bridge-cards"].memory_unit == "GB"
 
 
 def test_older_software_is_listed_from_the_container():

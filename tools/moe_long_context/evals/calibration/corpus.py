@@ -51,6 +51,11 @@ class Source(_Data):
         description="True when that software is the target release line (Bridge 0.5.x-0.6.x, Megatron Core "
         "0.18-0.19): its points calibrate the model."
     )
+    memory_unit: Literal["GiB", "GB"] = Field(
+        default="GiB",
+        description="Unit of the allocated and reserved peaks as the source prints them; GB (1e9 bytes) is "
+        "converted to GiB when the corpus is read. peak_device_mib is MiB whatever the source.",
+    )
 
     def cite(self, line: int | str) -> str:
         return f"{self.repo}@{self.commit[:7]}:{self.path}:{line}"
@@ -130,6 +135,19 @@ def _read(name: str) -> Any:
     return yaml.safe_load(resources.files(__package__).joinpath(name).read_text())
 
 
+GB_IN_GIB = 1e9 / 2**30
+
+
+def _in_gib(point: Point) -> Point:
+    """The point with its allocated and reserved peaks, printed in GB by its source, in GiB."""
+    m = point.measured
+    levels = {k: getattr(m, k) for k in ("peak_allocated_gib", "peak_reserved_gib") if getattr(m, k) is not None}
+    if not levels:
+        return point
+    measured = m.model_copy(update={k: round(v * GB_IN_GIB, 4) for k, v in levels.items()})
+    return point.model_copy(update={"measured": measured})
+
+
 @cache
 def load_corpus() -> Corpus:
     """Every point of every ``*.yaml`` here, checked: known source, unique id, a valid configuration."""
@@ -156,6 +174,8 @@ def load_corpus() -> Corpus:
                 ) from None
             if point.source not in sources:
                 raise InputError.plain(f"{name}: point {point.id!r}: unknown source {point.source!r}")
+            if sources[point.source].memory_unit == "GB":
+                point = _in_gib(point)
             if point.container is not None and point.container not in containers:
                 raise InputError.plain(f"{name}: point {point.id!r}: unknown container {point.container!r}")
             points.append(point)
