@@ -194,7 +194,7 @@ def test_pick_recompute_names_a_label_megatron_does_not_know():
 
 
 def test_pick_recompute_offload_step_fits_the_headroom_budget():
-    """README's example: full recompute leaves 90.7 GiB; offloading half the optimizer brings the peak under
+    """README's example: full recompute leaves 95.9 GiB; offloading 70 % of the optimizer brings the peak under
     the 75.154 GiB budget (79.11 GiB less 5 %) on the 256 GPUs given, so that is the first next step."""
     r = pick_recompute(PickRecomputeRequest(**DSV3_README))
     assert not r.fits and r.budget_gib == 75.154
@@ -203,7 +203,7 @@ def test_pick_recompute_offload_step_fits_the_headroom_budget():
     assert first.peak_gib <= r.budget_gib
     assert "num_gpus" not in first.settings and first.settings["use_precision_aware_optimizer"] is True
     fraction = first.settings["optimizer_cpu_offload_fraction"]
-    assert fraction == 0.5  # the smallest step of 5 % that fits: 0.45 leaves more than the budget
+    assert fraction == 0.7  # the smallest step of 5 % that fits: 0.65 leaves more than the budget
     chosen = {**DSV3_README, "recompute_granularity": "full", "recompute_method": "uniform",
               "recompute_num_layers": 1, "use_precision_aware_optimizer": True}  # fmt: skip
     for share, fits in ((fraction, True), (fraction - 0.05, False)):

@@ -128,14 +128,14 @@ def test_fitting_config_needs_no_recompute():
 
 
 def test_the_cheapest_label_set_that_fits_the_budget_is_chosen():
-    """DeepSeek-V3 at 128K without optimizer offload, no headroom: layernorm, mla_up_proj, mlp and moe leave 76.8 of
+    """DeepSeek-V3 at 128K without optimizer offload, no headroom: layernorm, mla_up_proj, mlp and moe leave 76.3 of
     79.1 GiB (the measured allocator cache and memory outside PyTorch included); mla_up_proj, mlp and moe alone
-    leave 85.1 GiB."""
+    leave 84.6 GiB."""
     r = pick(**DSV3, headroom=0.0)
     assert r.fits and r.recompute_granularity == "selective" and r.headroom == 0.0
     assert r.budget_gib == pytest.approx(79.11, abs=1e-3)
     assert r.recompute_modules == ["layernorm", "mla_up_proj", "mlp", "moe"]
-    assert r.peak_gib_after == pytest.approx(76.812, abs=0.01) and r.peak_gib_after <= r.budget_gib
+    assert r.peak_gib_after == pytest.approx(76.332, abs=0.01) and r.peak_gib_after <= r.budget_gib
     assert [g.label for g in r.gains] == r.recompute_modules
     assert sum(g.gib_saved for g in r.gains) == pytest.approx(r.peak_gib_before - r.peak_gib_after, abs=0.01)
     assert r.bridge_overrides == [
@@ -166,12 +166,12 @@ def test_the_cheapest_label_set_that_fits_the_budget_is_chosen():
 
 def test_the_default_headroom_needs_full_recompute_without_offload():
     """With the 5 % headroom (75.15 GiB) no selective set fits DeepSeek-V3 at 128K without optimizer offload, so full
-    recompute (69.4 GiB) is chosen: as the Bridge long-context skill says, these layouts need optimizer offload."""
+    recompute (69.0 GiB) is chosen: as the Bridge long-context skill says, these layouts need optimizer offload."""
     r = pick(**DSV3)
     assert (
-        r.fits and r.recompute_granularity == "full" and r.peak_gib_after == pytest.approx(69.433, abs=0.01)
+        r.fits and r.recompute_granularity == "full" and r.peak_gib_after == pytest.approx(68.953, abs=0.01)
     )
-    assert r.peak_gib_after <= r.budget_gib < 76.812
+    assert r.peak_gib_after <= r.budget_gib < 76.332
 
 
 def test_never_core_attn_and_preference_starts_with_output_discarding_labels():

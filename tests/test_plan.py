@@ -110,8 +110,8 @@ def test_more_overhead_gives_plans_with_that_much_more_headroom():
     for p in unchanged:
         measured = estimate_memory(EstimateMemoryRequest(**_settings(before[p.layout]))).overhead_gib
         assert (
-            3.77 + 0.02 * 150 < measured < 3.77 + 0.03 * 180
-        )  # 3.77 GiB outside PyTorch, 2.57 % of the tensors
+            8.94 + 0.02 * 150 < measured < 8.94 + 0.03 * 180
+        )  # 8.94 GiB outside PyTorch, 2.57 % of the tensors
         expected = before[p.layout].memory.peak_gib - measured + 10.0
         assert p.memory.peak_gib == pytest.approx(expected, abs=0.01)
 
@@ -239,5 +239,8 @@ def test_deepep_on_gb200_leaves_only_layouts_without_expert_parallelism():
     assert all(p.settings.get("ep", 1) == 1 and "dispatcher" not in p.settings for p in r.plans)
     assert r.excluded["rule DISPATCHER_GPU"] == r.evaluated - r.feasible
     (ref,) = r.references
-    assert ref.fits and ref.rank is None and ref.settings["dispatcher"] == "flex-hybridep"
+    assert ref.valid and ref.rank is None and ref.settings["dispatcher"] == "flex-hybridep"
+    # the published run fits the device (184 GiB) with the measured overheads, though not the planner's 5 %
+    # headroom on top: the verdict says so instead of offering it as a plan
+    assert ref.peak_gib < 184.0 and not ref.fits and "above the 174.8 GiB budget" in ref.verdict
     assert ref.tokens_per_s > r.plans[0].throughput.tokens_per_s

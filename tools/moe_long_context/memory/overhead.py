@@ -8,9 +8,10 @@ and DeepEP/HybridEP buffers, library workspaces). Two numbers carry the model fr
 * ``allocator_cache_fraction``: reserved / allocated - 1, the median over the measured (allocated, reserved)
   pairs of the calibration corpus for that GPU (all GPUs when it has fewer than three pairs);
 * ``outside_pytorch_gib``: device - reserved, the median over the measured (reserved, device) pairs, for the
-  dispatchers those pairs ran; for the others at most what the tightest measured run of them leaves between its
-  reserved pool and the device (DeepEP's NVSHMEM buffers live outside PyTorch; a run that reserves all but
-  3.8 GiB of an H100 cannot hold the 9.4 GiB measured beside DeepEP).
+  dispatchers those pairs ran; a pair whose device level is the GPU's capacity only bounds it (the device was
+  full). Where nothing is measured, at most what the tightest measured run leaves between its reserved pool and
+  the device: the GLM-5.2 pair reads 80,999 MiB, a full H100, and an H100 run that reserves all but 8.9 GiB
+  cannot hold more outside PyTorch than that.
 
 Both are written by ``moe-lc eval calibrate --write`` into ``overhead.yaml`` from the measurements alone (no
 engine estimate enters them), so they move only when the corpus does. ``overhead_gib`` in a request replaces
@@ -59,16 +60,14 @@ def why(gpu_id: str | None, dispatcher: str | None = None, across_nodes: bool = 
     outside = table["outside_pytorch_gib"]
     used = "this GPU's" if gpu_id in cache_["by_gpu"] else "all GPUs'"
     gib = outside_pytorch_gib(dispatcher, across_nodes)
-    if gib == float(outside["all"]):
+    if outside["pairs"] and gib == float(outside["all"]):
         where = (
             f"{gib:.2f} GiB outside PyTorch (median device - reserved of {outside['pairs']} measured pair(s), "
             f"{'/'.join(outside.get('dispatchers', ()))}: {outside['evidence']})"
         )
     else:
-        where = (
-            f"{gib:.2f} GiB outside PyTorch (at most what {outside['others']['evidence']} leaves above its "
-            f"reserved pool; measured only beside {'/'.join(outside.get('dispatchers', ()))} across nodes)"
-        )
+        evidence = outside["others"]["evidence"] if outside["pairs"] else outside["evidence"]
+        where = f"at most {gib:.2f} GiB outside PyTorch (what {evidence} leaves above its reserved pool)"
     return (
         f"allocator cache {allocator_cache_fraction(gpu_id):.1%} of the tensors (median reserved/allocated - 1 "
         f"of {used} {cache_['pairs_by_gpu'].get(gpu_id, cache_['pairs'])} measured pairs in the calibration "

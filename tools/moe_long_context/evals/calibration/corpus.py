@@ -141,7 +141,9 @@ GB_IN_GIB = 1e9 / 2**30
 def _in_gib(point: Point) -> Point:
     """The point with its allocated and reserved peaks, printed in GB by its source, in GiB."""
     m = point.measured
-    levels = {k: getattr(m, k) for k in ("peak_allocated_gib", "peak_reserved_gib") if getattr(m, k) is not None}
+    levels = {
+        k: getattr(m, k) for k in ("peak_allocated_gib", "peak_reserved_gib") if getattr(m, k) is not None
+    }
     if not levels:
         return point
     measured = m.model_copy(update={k: round(v * GB_IN_GIB, 4) for k, v in levels.items()})

@@ -24,6 +24,7 @@ from .corpus import Corpus, Point, load_corpus
 from .evaluate import BANDS, UNITS, Row
 
 PERCENTILE = 0.90
+CAPACITY_MARGIN_GIB = 0.05  # a device level within this of usable HBM is the device full, not a measurement
 MIN_PAIRS_PER_GPU = 3
 MIN_ROWS_PER_FAMILY = 5  # a family's own spread is stated when it rests on at least this many counted rows
 
@@ -69,15 +70,16 @@ def stated_error(rows: Iterable[Row]) -> dict[str, dict]:
 def overhead(corpus: Corpus) -> dict:
     """allocator cache fraction and memory outside PyTorch from the measured (allocated, reserved, device) levels.
 
-    The memory outside PyTorch is measured only where a run gives its device level beside a reserved one; those
-    pairs are of one dispatcher. For the others it is bounded instead: no measured run can hold more outside
-    PyTorch than its GPU leaves above its reserved pool, so their figure is the tightest such bound (when below
-    the measured one).
+    The memory outside PyTorch is measured where a run gives its device level beside a reserved one, unless the
+    device level is at the GPU's capacity (then the device was full and the difference only bounds it). Where
+    no such measurement exists for a dispatcher it is bounded: no run can hold more outside PyTorch than its
+    GPU leaves above its reserved pool, so the figure is the tightest such bound (when below the measured one).
     """
     usable = {g.id: g.usable_hbm_gib for g in gpus()}
     domain = {g.id: g.nvlink_domain for g in gpus()}
     fractions: dict[str, list[float]] = defaultdict(list)
     outside: list[tuple[float, str]] = []
+    censored: list[str] = []
     measured_dispatchers: set[str] = set()
     for p in corpus.points:
         m = p.measured
@@ -90,7 +92,11 @@ def overhead(corpus: Corpus) -> dict:
             )
             if reserved:
                 partner = next(q.id for q in paired if q.measured.peak_reserved_gib)
-                outside.append((m.peak_device_mib / 1024 - reserved, f"{p.id} with {partner}"))
+                device = m.peak_device_mib / 1024
+                if device >= usable[p.config["gpu"]] - CAPACITY_MARGIN_GIB:
+                    censored.append(f"{p.id} with {partner} ({device:.2f} GiB: the device was full)")
+                    continue
+                outside.append((device - reserved, f"{p.id} with {partner}"))
                 # the measured figure stands for the dispatcher across nodes, as measured (DeepEP's RDMA buffers
                 # exist only when the expert group leaves the NVLink domain)
                 across = p.config.get("ep", 1) * p.config.get("etp", 1) > domain[p.config["gpu"]]
@@ -101,9 +107,8 @@ def overhead(corpus: Corpus) -> dict:
     by_gpu = {
         g: round(statistics.median(v), 4) for g, v in sorted(fractions.items()) if len(v) >= MIN_PAIRS_PER_GPU
     }
-    measured = round(statistics.median(v for v, _ in outside), 2)
     bounds = [
-        (usable[p.config["gpu"]] - p.measured.peak_reserved_gib, p.id)
+        (round(usable[p.config["gpu"]] - p.measured.peak_reserved_gib, 2), p.id)
         for p in corpus.points
         if p.measured.peak_reserved_gib
         and not (
@@ -111,15 +116,21 @@ def overhead(corpus: Corpus) -> dict:
             and p.config.get("ep", 1) * p.config.get("etp", 1) > domain[p.config["gpu"]]
         )
     ]
-    table = {
-        "all": measured,
-        "pairs": len(outside),
-        "evidence": "; ".join(why for _, why in outside),
-        "dispatchers": sorted(measured_dispatchers),
-    }
-    if bounds and min(bounds)[0] < measured:
+    if outside:
+        table = {
+            "all": round(statistics.median(v for v, _ in outside), 2),
+            "pairs": len(outside),
+            "evidence": "; ".join(why for _, why in outside),
+            "dispatchers": sorted(measured_dispatchers),
+        }
+        if bounds and min(bounds)[0] < table["all"]:
+            gib, pid = min(bounds)
+            table["others"] = {"gib": gib, "evidence": pid}
+    else:
         gib, pid = min(bounds)
-        table["others"] = {"gib": round(gib, 2), "evidence": pid}
+        table = {"all": gib, "pairs": 0, "evidence": pid, "dispatchers": []}
+    if censored:
+        table["censored"] = censored
     return {
         "allocator_cache_fraction": {
             "all": round(statistics.median(every), 4),
