@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..dialects.conflicts import bridge_conflicts, megatron_conflicts
 from ..dialects.launch import Understood
-from ..dialects.lm_args import max_connections, runs_pretrain, virtual_stages
+from ..dialects.lm_args import Conflict, max_connections, runs_pretrain, virtual_stages
+from ..engine.rules.lm_args_launch import gtp_node_priority
 from ..dialects.overrides import architecture_flags, bridge_translation, megatron_args_for, megatron_defaults
 from ..dialects.tables import (
     ParsedScript,
@@ -313,7 +314,8 @@ def _analyse(
         values = {item.flag: item.values for item in parsed.items}
         pretrain = runs_pretrain(parsed.launcher_tokens)
         sm = gpu.compute_capability[0] if gpu else None
-        launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm)]
+        launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm),
+                  *(Conflict(f) for f in gtp_node_priority(values, parsed.env, sm))]  # fmt: skip
         found += [c.finding for c in launch]
         conflicts = megatron_conflicts(values, pretrain) + launch
     else:
