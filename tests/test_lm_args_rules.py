@@ -208,19 +208,18 @@ def test_gtp_flags():
     """LM arguments.py:1476-1548 when a weight-shard count is above TP (gtp_weight_remat_size > 1, :1451-1474):
     ``--fp4-format`` needs --fp4-param-gather (ValueError), ``assert not args.ddp_average_in_collective``,
     ``assert args.ckpt_format in ('torch', 'torch_dist')``, and with fp8_recipe mxfp8 ``fp8_param_gather`` and
-    ``reuse_grad_buf_for_mxfp8_param_ag``."""
+    ``reuse_grad_buf_for_mxfp8_param_ag``. (On B200: no CUDA_DEVICE_MAX_CONNECTIONS=1 needed at TP 2.)"""
     tp2 = LM.replace("--tensor-model-parallel-size 1", "--tensor-model-parallel-size 2 --sequence-parallel")
-    gtp = f"{tp2} --tensor-parallel-num-weight-shards 4"
-    assert not fires("LM_GTP_FLAGS", gtp, num_gpus=16)
-    assert fires("LM_GTP_FLAGS", f"{gtp} --ddp-average-in-collective", num_gpus=16)
-    assert fires("LM_GTP_FLAGS", f"{gtp} --ckpt-format torch_dcp", num_gpus=16)
-    assert fires("LM_GTP_FLAGS", f"{gtp} --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather", num_gpus=16,
-                 gpu="b200")  # fmt: skip
-    assert not fires("LM_GTP_FLAGS", f"{gtp} --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather "
-                     "--reuse-grad-buf-for-mxfp8-param-ag", num_gpus=16, gpu="b200")  # fmt: skip
+    gtp = f"{tp2} --tensor-parallel-num-weight-shards 4 --use-distributed-optimizer"
+    kw = dict(num_gpus=16, gpu="b200")
+    assert not fires("LM_GTP_FLAGS", gtp, **kw)
+    assert fires("LM_GTP_FLAGS", f"{gtp} --ddp-average-in-collective", **kw)
+    assert fires("LM_GTP_FLAGS", f"{gtp} --ckpt-format torch_dcp", **kw)
+    mx = f"{gtp} --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather"
+    assert fires("LM_GTP_FLAGS", mx, **kw)
+    assert not fires("LM_GTP_FLAGS", f"{mx} --reuse-grad-buf-for-mxfp8-param-ag", **kw)
     # shards equal to TP: no GTP
-    assert not fires("LM_GTP_FLAGS", f"{tp2} --tensor-parallel-num-weight-shards 2 --ddp-average-in-collective",
-                     num_gpus=16)  # fmt: skip
+    assert not fires("LM_GTP_FLAGS", f"{tp2} --tensor-parallel-num-weight-shards 2 --ddp-average-in-collective", **kw)
 
 
 def test_gtp_graphs_on_blackwell_need_node_priority():
@@ -286,7 +285,8 @@ def test_latent_flags():
     assert fires("LM_LATENT_FLAGS", f"{LM} --mla-down-proj-fusion")
     assert not fires("LM_LATENT_FLAGS", f"{LM} --mla-down-proj-fusion --multi-latent-attention")
     assert fires("LM_LATENT_FLAGS", f"{LM} --num-experts 128 --moe-latent-size 0")
-    assert fires("LM_LATENT_FLAGS", f"{LM} --num-experts 0 --moe-latent-size 256")
+    ep1 = LM.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 1")
+    assert fires("LM_LATENT_FLAGS", f"{ep1} --num-experts 0 --moe-latent-size 256")
     assert not fires("LM_LATENT_FLAGS", f"{LM} --num-experts 128 --moe-latent-size 256")
 
 
@@ -300,10 +300,16 @@ def test_optimizer_config_dtypes_and_mxfp8_reuse():
         assert fires("OPTIMIZER_DTYPE_NEEDS_PRECISION_AWARE", f"{LM} {flag}")
         assert not fires("OPTIMIZER_DTYPE_NEEDS_PRECISION_AWARE",
                          f"{LM} {flag} --use-precision-aware-optimizer --use-distributed-optimizer")  # fmt: skip
-    both = f"{LM} --reuse-grad-buf-for-mxfp8-param-ag --overlap-param-gather-with-optimizer-step"
-    assert fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", both)
-    assert not fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", f"{both} --use-megatron-fsdp")
+    # a launch validate_args accepts with --overlap-param-gather-with-optimizer-step (arguments.py:1032-1040)
+    step = (LM.replace("--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2")
+            + " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ckpt-format torch"
+            " --overlap-param-gather-with-optimizer-step --num-virtual-stages-per-pipeline-rank 2")  # fmt: skip
+    assert fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", f"{step} --reuse-grad-buf-for-mxfp8-param-ag", num_gpus=16)
+    assert not fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", step, num_gpus=16)
     assert not fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", f"{LM} --reuse-grad-buf-for-mxfp8-param-ag")
+    # Megatron-FSDP turns the reuse off (arguments.py:1114) before OptimizerConfig reads it
+    mfsdp = f"{LM} --use-megatron-fsdp --reuse-grad-buf-for-mxfp8-param-ag --overlap-param-gather-with-optimizer-step"
+    assert not fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", mfsdp)
 
 
 def test_unresolved_values_are_not_judged():
