@@ -17,6 +17,9 @@ from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 LM = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 8 "
       "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16")  # fmt: skip
 QWEN = dict(model="qwen3-30b-a3b", num_gpus=8)
+# the launch writes the architecture: the flags that describe the model (experts, MLA, biases, tying) are judged
+ARCH = ("--num-layers 48 --hidden-size 2048 --num-attention-heads 32 --max-position-embeddings 40960 "
+        "--position-embedding-type rope")  # fmt: skip
 
 
 def lint(flags: str, **kw):
@@ -91,7 +94,9 @@ def test_torch_fsdp2_defaults_it_refuses():
     """Gradient accumulation fusion is on by default (--no-gradient-accumulation-fusion turns it off) and the
     embeddings are tied unless --untie-embeddings-and-output-weights: both assert under --use-torch-fsdp2."""
     assert fires("LM_TORCH_FSDP2", FSDP2.replace(" --no-gradient-accumulation-fusion", ""))
-    assert fires("LM_TORCH_FSDP2", FSDP2.replace(" --untie-embeddings-and-output-weights", ""))
+    assert fires("LM_TORCH_FSDP2", f"{ARCH} " + FSDP2.replace(" --untie-embeddings-and-output-weights", ""))
+    # a flag list that leaves the model to a separate definition does not show whether it ties the embeddings
+    assert not fires("LM_TORCH_FSDP2", FSDP2.replace(" --untie-embeddings-and-output-weights", ""))
 
 
 def test_fsdp_refuses_one_max_connection():
@@ -263,7 +268,7 @@ def test_delayed_wgrad_inside_graphs():
     ``args.gradient_accumulation_fusion`` and, for attn, ``not args.add_bias_linear and not args.add_qkv_bias``
     (add_bias_linear is on unless --disable-bias-linear). The deprecated --cuda-graph-scope becomes the modules
     first (:616-623)."""
-    base = (f"{LM} --delay-wgrad-compute --overlap-grad-reduce --use-distributed-optimizer "
+    base = (f"{ARCH} {LM} --delay-wgrad-compute --overlap-grad-reduce --use-distributed-optimizer "
             "--overlap-moe-expert-parallel-comm --cuda-graph-impl transformer_engine")  # fmt: skip
     assert fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules attn")
     assert fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-scope attn")
@@ -282,8 +287,10 @@ def test_latent_flags():
     also inferred from a hybrid pattern with '+' or 'D' layers, :885-889); ``if args.moe_latent_size is not None:
     assert args.moe_latent_size > 0`` and ``assert args.num_experts is not None`` (--num-experts 0 is None,
     :1593-1594)."""
-    assert fires("LM_LATENT_FLAGS", f"{LM} --mla-down-proj-fusion")
-    assert not fires("LM_LATENT_FLAGS", f"{LM} --mla-down-proj-fusion --multi-latent-attention")
+    assert fires("LM_LATENT_FLAGS", f"{ARCH} {LM} --mla-down-proj-fusion")
+    assert not fires("LM_LATENT_FLAGS", f"{ARCH} {LM} --mla-down-proj-fusion --multi-latent-attention")
+    assert not fires("LM_LATENT_FLAGS", f"{LM} --mla-down-proj-fusion")  # the model is defined elsewhere
+    assert fires("LM_LATENT_FLAGS", f"{ARCH} {LM} --moe-latent-size 256")  # no --num-experts: dense
     assert fires("LM_LATENT_FLAGS", f"{LM} --num-experts 128 --moe-latent-size 0")
     ep1 = LM.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 1")
     assert fires("LM_LATENT_FLAGS", f"{ep1} --num-experts 0 --moe-latent-size 256")

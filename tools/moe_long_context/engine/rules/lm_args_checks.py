@@ -89,6 +89,12 @@ class Args:
                 raise _Unknown(flag)  # kind bool: --flag / --no-flag pairs, not read here
         return value
 
+    @property
+    def declares_architecture(self) -> bool:
+        """The launch writes the model itself (--num-layers or a hybrid pattern); a flag list that leaves the
+        model to a separate definition does not show its architecture flags (experts, MLA, biases, tying)."""
+        return any(f in self.values for f in ("--num-layers", "--hybrid-layer-pattern", "--hybrid-override-pattern"))
+
     # validate_args's rewrites, at the lines named in the module docstring
     @property
     def recompute_granularity_(self) -> str | None:

@@ -155,7 +155,7 @@ def torch_fsdp2(a: Args) -> Iterator[Finding]:
         (a.gradient_accumulation_fusion, "gradient accumulation fusion on (add --no-gradient-accumulation-fusion)",
          "--no-gradient-accumulation-fusion"),
         (a.ckpt_format not in ("torch_dist", "torch_dcp"), f"--ckpt-format {a.ckpt_format}", "--ckpt-format"),
-        (not a.untie_embeddings_and_output_weights, "tied embedding and output weights (add "
+        (a.declares_architecture and not a.untie_embeddings_and_output_weights, "tied embedding and output weights (add "
          "--untie-embeddings-and-output-weights)", "--untie-embeddings-and-output-weights"),
         (a.fp16, "--fp16", "--fp16"),
     ]  # fmt: skip
@@ -513,11 +513,11 @@ def delayed_wgrad_graphs(a: Args) -> Iterator[Finding]:
             "Drop --no-gradient-accumulation-fusion.",
             ["--delay-wgrad-compute", "--no-gradient-accumulation-fusion"],
         )
-    elif attn and (a.add_bias_linear or a.add_qkv_bias):
+    elif attn and (a.add_qkv_bias or (a.add_bias_linear and a.declares_architecture)):
         yield finding(
             "LM_DELAY_WGRAD_GRAPHS",
             "--delay-wgrad-compute with --overlap-grad-reduce and attn CUDA graphs with attention biases"
-            + (" (on unless --disable-bias-linear)" if a.add_bias_linear else " (--add-qkv-bias)")
+            + (" (--add-qkv-bias)" if a.given("add_qkv_bias") else " (on unless --disable-bias-linear)")
             + ": Megatron-LM does not support the bias there yet.",
             "Add --disable-bias-linear and drop --add-qkv-bias, or leave attn out of --cuda-graph-modules.",
             ["--delay-wgrad-compute", "--disable-bias-linear", "--add-qkv-bias", "--cuda-graph-modules"],
@@ -532,7 +532,7 @@ def latent_flags(a: Args) -> Iterator[Finding]:
     if a.mtp_hybrid_override_pattern and (a.mtp_num_layers or 0) > 0 and "/" not in pattern:
         pattern += "/" + a.mtp_hybrid_override_pattern  # the legacy MTP pattern joins it (:749-760)
     mla = a.multi_latent_attention or "+" in pattern or "D" in pattern
-    if a.mla_down_proj_fusion and not mla:
+    if a.mla_down_proj_fusion and not mla and a.declares_architecture:
         yield finding(
             "LM_LATENT_FLAGS",
             "--mla-down-proj-fusion without --multi-latent-attention: Megatron-LM fuses only MLA's down "
@@ -540,7 +540,9 @@ def latent_flags(a: Args) -> Iterator[Finding]:
             "Drop --mla-down-proj-fusion.",
             ["--mla-down-proj-fusion", "--multi-latent-attention"],
         )
-    elif a.moe_latent_size is not None and (a.moe_latent_size <= 0 or not a.num_experts):
+    elif a.moe_latent_size is not None and (
+        a.moe_latent_size <= 0 or (not a.num_experts and (a.declares_architecture or a.given("num_experts")))
+    ):
         problem = (
             f"--moe-latent-size {a.moe_latent_size} is not positive"
             if a.moe_latent_size <= 0
