@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from moe_long_context.engine.findings import Severity
 from moe_long_context.engine.rules.table import rule_table
 from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 
@@ -46,13 +45,25 @@ def test_hybrid_pattern_flags():
     args.decoder_first_pipeline_num_layers is None`` (and last); the deprecated pattern is applied first
     (:731), so it counts with pipes too."""
     pp2 = LM.replace("--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2")
-    assert fires("LM_HYBRID_PATTERN_FLAGS", f"{LM} --hybrid-override-pattern M-M- --hybrid-layer-pattern M-M-")
+    assert fires(
+        "LM_HYBRID_PATTERN_FLAGS", f"{LM} --hybrid-override-pattern M-M- --hybrid-layer-pattern M-M-"
+    )
     assert not fires("LM_HYBRID_PATTERN_FLAGS", f"{LM} --hybrid-layer-pattern M-M-")
-    assert fires("LM_HYBRID_PATTERN_FLAGS", f"{pp2} --hybrid-layer-pattern M-|M- --decoder-first-pipeline-num-layers 2")
-    assert fires("LM_HYBRID_PATTERN_FLAGS", f"{pp2} --hybrid-override-pattern M-|M- --decoder-last-pipeline-num-layers 2")
+    assert fires(
+        "LM_HYBRID_PATTERN_FLAGS", f"{pp2} --hybrid-layer-pattern M-|M- --decoder-first-pipeline-num-layers 2"
+    )
+    assert fires(
+        "LM_HYBRID_PATTERN_FLAGS",
+        f"{pp2} --hybrid-override-pattern M-|M- --decoder-last-pipeline-num-layers 2",
+    )
     # the pipes after the MTP separator do not count
-    assert not fires("LM_HYBRID_PATTERN_FLAGS", f"{pp2} --hybrid-layer-pattern M-M-/M|M --decoder-first-pipeline-num-layers 2")
-    assert not fires("LM_HYBRID_PATTERN_FLAGS", f"{pp2} --hybrid-layer-pattern M-M- --decoder-first-pipeline-num-layers 2")
+    assert not fires(
+        "LM_HYBRID_PATTERN_FLAGS",
+        f"{pp2} --hybrid-layer-pattern M-M-/M|M --decoder-first-pipeline-num-layers 2",
+    )
+    assert not fires(
+        "LM_HYBRID_PATTERN_FLAGS", f"{pp2} --hybrid-layer-pattern M-M- --decoder-first-pipeline-num-layers 2"
+    )
 
 
 def test_hybrid_pipe_segments_divide_over_pp():
@@ -60,7 +71,9 @@ def test_hybrid_pipe_segments_divide_over_pp():
     pp2 = LM.replace("--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2")
     assert fires("LM_HYBRID_PIPE_SEGMENTS", f"{pp2} --hybrid-layer-pattern M-|M-|M-")
     assert not fires("LM_HYBRID_PIPE_SEGMENTS", f"{pp2} --hybrid-layer-pattern M-|M-|M-|M-")
-    assert not fires("LM_HYBRID_PIPE_SEGMENTS", f"{pp2} --hybrid-layer-pattern M-M-M-")  # no pipes: split at build
+    assert not fires(
+        "LM_HYBRID_PIPE_SEGMENTS", f"{pp2} --hybrid-layer-pattern M-M-M-"
+    )  # no pipes: split at build
 
 
 def test_overlap_param_gather():
@@ -70,7 +83,9 @@ def test_overlap_param_gather():
     assert fires("LM_OVERLAP_PARAM_GATHER", f"{LM} --overlap-param-gather --use-distributed-optimizer")
     ok = f"{LM} --overlap-param-gather --use-distributed-optimizer --overlap-grad-reduce"
     assert not fires("LM_OVERLAP_PARAM_GATHER", ok)
-    assert not fires("LM_OVERLAP_PARAM_GATHER", f"{LM} --overlap-param-gather --optimizer dist_muon --overlap-grad-reduce")
+    assert not fires(
+        "LM_OVERLAP_PARAM_GATHER", f"{LM} --overlap-param-gather --optimizer dist_muon --overlap-grad-reduce"
+    )
 
 
 FSDP2 = (LM.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 1")
@@ -103,9 +118,15 @@ def test_fsdp_refuses_one_max_connection():
     """LM arguments.py:1014-1015 and :1143-1144 ``assert os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') !=
     "1"`` under torch FSDP2 and Megatron-FSDP; a launch that exports nothing is not judged."""
     mfsdp = f"{LM} --use-megatron-fsdp --ckpt-format fsdp_dtensor"
-    assert fires("LM_FSDP_MAX_CONNECTIONS", f"export CUDA_DEVICE_MAX_CONNECTIONS=1\npython pretrain_gpt.py {mfsdp}")
-    assert fires("LM_FSDP_MAX_CONNECTIONS", f"export CUDA_DEVICE_MAX_CONNECTIONS=1\npython pretrain_gpt.py {FSDP2}")
-    assert not fires("LM_FSDP_MAX_CONNECTIONS", f"export CUDA_DEVICE_MAX_CONNECTIONS=8\npython pretrain_gpt.py {mfsdp}")
+    assert fires(
+        "LM_FSDP_MAX_CONNECTIONS", f"export CUDA_DEVICE_MAX_CONNECTIONS=1\npython pretrain_gpt.py {mfsdp}"
+    )
+    assert fires(
+        "LM_FSDP_MAX_CONNECTIONS", f"export CUDA_DEVICE_MAX_CONNECTIONS=1\npython pretrain_gpt.py {FSDP2}"
+    )
+    assert not fires(
+        "LM_FSDP_MAX_CONNECTIONS", f"export CUDA_DEVICE_MAX_CONNECTIONS=8\npython pretrain_gpt.py {mfsdp}"
+    )
     assert not fires("LM_FSDP_MAX_CONNECTIONS", mfsdp)
 
 
@@ -191,7 +212,9 @@ def test_distribute_saved_activations():
     ok = f"{tp2} --distribute-saved-activations --recompute-granularity full --recompute-method uniform"
     assert not fires("LM_DISTRIBUTE_SAVED_ACTIVATIONS", ok, num_gpus=16)
     assert fires("LM_DISTRIBUTE_SAVED_ACTIVATIONS", f"{ok} --recompute-activations", num_gpus=16)
-    assert fires("LM_DISTRIBUTE_SAVED_ACTIVATIONS", ok.replace(" --recompute-method uniform", ""), num_gpus=16)
+    assert fires(
+        "LM_DISTRIBUTE_SAVED_ACTIVATIONS", ok.replace(" --recompute-method uniform", ""), num_gpus=16
+    )
     assert fires("LM_DISTRIBUTE_SAVED_ACTIVATIONS", ok.replace(tp2, LM))
 
 
@@ -224,7 +247,9 @@ def test_gtp_flags():
     assert fires("LM_GTP_FLAGS", mx, **kw)
     assert not fires("LM_GTP_FLAGS", f"{mx} --reuse-grad-buf-for-mxfp8-param-ag", **kw)
     # shards equal to TP: no GTP
-    assert not fires("LM_GTP_FLAGS", f"{tp2} --tensor-parallel-num-weight-shards 2 --ddp-average-in-collective", **kw)
+    assert not fires(
+        "LM_GTP_FLAGS", f"{tp2} --tensor-parallel-num-weight-shards 2 --ddp-average-in-collective", **kw
+    )
 
 
 def test_gtp_graphs_on_blackwell_need_node_priority():
@@ -236,7 +261,9 @@ def test_gtp_graphs_on_blackwell_need_node_priority():
     assert fires("LM_GTP_NODE_PRIORITY", f"export CUDA_GRAPHS_USE_NODE_PRIORITY=0\n{gtp}", **kw)
     assert not fires("LM_GTP_NODE_PRIORITY", f"export CUDA_GRAPHS_USE_NODE_PRIORITY=1\n{gtp}", **kw)
     assert fires("LM_GTP_NODE_PRIORITY_ENV", gtp, **kw)
-    assert not fires("LM_GTP_NODE_PRIORITY", f"export CUDA_GRAPHS_USE_NODE_PRIORITY=0\n{gtp}", num_gpus=16, gpu="h100")
+    assert not fires(
+        "LM_GTP_NODE_PRIORITY", f"export CUDA_GRAPHS_USE_NODE_PRIORITY=0\n{gtp}", num_gpus=16, gpu="h100"
+    )
 
 
 def test_qk_clip():
@@ -273,13 +300,21 @@ def test_delayed_wgrad_inside_graphs():
     assert fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules attn")
     assert fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-scope attn")
     assert not fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules attn --disable-bias-linear")
-    assert fires("LM_DELAY_WGRAD_GRAPHS",
-                 f"{base} --cuda-graph-modules attn --disable-bias-linear --no-gradient-accumulation-fusion")
-    assert not fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules moe_router --no-gradient-accumulation-fusion")
+    assert fires(
+        "LM_DELAY_WGRAD_GRAPHS",
+        f"{base} --cuda-graph-modules attn --disable-bias-linear --no-gradient-accumulation-fusion",
+    )
+    assert not fires(
+        "LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules moe_router --no-gradient-accumulation-fusion"
+    )
     shared = "--moe-shared-expert-intermediate-size 1024"
-    assert fires("LM_DELAY_WGRAD_GRAPHS",
-                 f"{base} --cuda-graph-modules moe_router {shared} --no-gradient-accumulation-fusion")
-    assert not fires("LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules attn".replace(" --overlap-grad-reduce", ""))
+    assert fires(
+        "LM_DELAY_WGRAD_GRAPHS",
+        f"{base} --cuda-graph-modules moe_router {shared} --no-gradient-accumulation-fusion",
+    )
+    assert not fires(
+        "LM_DELAY_WGRAD_GRAPHS", f"{base} --cuda-graph-modules attn".replace(" --overlap-grad-reduce", "")
+    )
 
 
 def test_latent_flags():
@@ -311,7 +346,9 @@ def test_optimizer_config_dtypes_and_mxfp8_reuse():
     step = (LM.replace("--pipeline-model-parallel-size 1", "--pipeline-model-parallel-size 2")
             + " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ckpt-format torch"
             " --overlap-param-gather-with-optimizer-step --num-virtual-stages-per-pipeline-rank 2")  # fmt: skip
-    assert fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", f"{step} --reuse-grad-buf-for-mxfp8-param-ag", num_gpus=16)
+    assert fires(
+        "OPTIMIZER_STEP_GATHER_MXFP8_REUSE", f"{step} --reuse-grad-buf-for-mxfp8-param-ag", num_gpus=16
+    )
     assert not fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", step, num_gpus=16)
     assert not fires("OPTIMIZER_STEP_GATHER_MXFP8_REUSE", f"{LM} --reuse-grad-buf-for-mxfp8-param-ag")
     # Megatron-FSDP turns the reuse off (arguments.py:1114) before OptimizerConfig reads it

@@ -14,8 +14,8 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
-from .conflicts import bridge_conflicts, megatron_conflicts
 from ..engine.rules.lm_args_checks import lm_launch_findings
+from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
 from .lm_args import LM_ONLY_FLAGS, runs_pretrain
 from .lm_derived import derive_ffn_sizes

@@ -31,7 +31,7 @@ _ARCH_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--m
 # Flags only these checks read (the engine has no field for them): not listed as unread.
 LM_ONLY_FLAGS = (*_REMOVED, "--max-position-embeddings", "--no-overlap-p2p-communication", "--fp4-param-gather",
                  "--fp8-output-proj",
-                 # read only by engine/rules/lm_args_launch.py (numerics, debugging and data flags)
+                 # read only by engine/rules/lm_args_features.py (numerics, debugging and data flags)
                  "--qk-clip", "--qk-clip-alpha", "--qk-clip-threshold", "--check-weight-hash-across-dp-replicas-interval",
                  "--ddp-average-in-collective", "--init-model-with-meta-device", "--calculate-per-token-loss",
                  "--dataloader-type")  # fmt: skip

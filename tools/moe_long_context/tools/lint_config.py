@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from ..dialects.conflicts import bridge_conflicts, megatron_conflicts
 from ..dialects.launch import Understood
 from ..dialects.lm_args import Conflict, max_connections, runs_pretrain, virtual_stages
-from ..engine.rules.lm_args_launch import gtp_node_priority
 from ..dialects.overrides import architecture_flags, bridge_translation, megatron_args_for, megatron_defaults
 from ..dialects.tables import (
     ParsedScript,
@@ -36,6 +35,7 @@ from ..engine.config import MAX_GPUS, TrainingConfig, _Args
 from ..engine.context import Context
 from ..engine.findings import Checked, Finding, NotChecked, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
+from ..engine.rules.lm_args_features import gtp_node_priority
 from ..engine.rules.upstream import checked
 from ..errors import InputError, check_nesting, describe_validation_error
 from ..memory.rank_memory import memory_model

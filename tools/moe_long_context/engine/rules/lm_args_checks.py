@@ -18,7 +18,6 @@ from functools import cache
 from typing import Any
 
 from ..findings import Finding
-from .table import finding
 
 Values = Mapping[str, list[str]]
 
@@ -93,7 +92,9 @@ class Args:
     def declares_architecture(self) -> bool:
         """The launch writes the model itself (--num-layers or a hybrid pattern); a flag list that leaves the
         model to a separate definition does not show its architecture flags (experts, MLA, biases, tying)."""
-        return any(f in self.values for f in ("--num-layers", "--hybrid-layer-pattern", "--hybrid-override-pattern"))
+        return any(
+            f in self.values for f in ("--num-layers", "--hybrid-layer-pattern", "--hybrid-override-pattern")
+        )
 
     # validate_args's rewrites, at the lines named in the module docstring
     @property
@@ -144,14 +145,19 @@ class Args:
             if stages % pp:
                 return False, None  # validate_args asserts first (:911, PP_LAYOUT_INVALID)
             return True, (stages // pp if stages // pp > 1 else None)
-        per_vstage, per_rank = self.num_layers_per_virtual_pipeline_stage, self.num_virtual_stages_per_pipeline_rank
+        per_vstage, per_rank = (
+            self.num_layers_per_virtual_pipeline_stage,
+            self.num_virtual_stages_per_pipeline_rank,
+        )
         if per_rank is not None:
             return True, (per_rank if per_rank != 1 else None)
         if per_vstage is not None:
             if num_layers is None:
                 return False, None
-            total = num_layers + int(bool(self.account_for_embedding_in_pipeline_split)) + int(
-                bool(self.account_for_loss_in_pipeline_split)
+            total = (
+                num_layers
+                + int(bool(self.account_for_embedding_in_pipeline_split))
+                + int(bool(self.account_for_loss_in_pipeline_split))
             )
             if total % pp or (total // pp) % per_vstage:
                 return False, None  # validate_args asserts first (LM_LAYERS_PER_VIRTUAL_STAGE)
@@ -181,4 +187,4 @@ def lm_launch_findings(values: Values, env: Mapping[str, str] | None = None) -> 
     return out
 
 
-from . import lm_args_launch  # noqa: E402,F401  (registers the checks)
+from . import lm_args_features, lm_args_launch  # noqa: E402,F401  (register the checks)
