@@ -360,3 +360,15 @@ def test_unresolved_values_are_not_judged():
     """A flag whose value is a shell variable is not judged (the launch does not show it)."""
     assert not fires("LM_QK_CLIP", f"{LM} --qk-clip --qk-clip-alpha $ALPHA")
     assert not fires("LM_MEGATRON_FSDP", f"{LM} --use-megatron-fsdp --ckpt-format $FMT")
+
+
+def test_recompute_activations_wins_over_recompute_granularity():
+    """LM arguments.py:589-590 ``if args.recompute_activations: args.recompute_granularity = 'selective'``,
+    whatever --recompute-granularity says and wherever it is written; :1385-1388 then refuses a
+    --recompute-method with selective granularity. The engine reads the launch in that order."""
+    full = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    for flags in (f"{LM} --recompute-activations {full}", f"{LM} {full} --recompute-activations"):
+        r = lint(flags)
+        assert r.effective_config["recompute_granularity"] == "selective"
+        assert "RECOMPUTE_SELECTIVE_METHOD" in [f.code for f in r.findings if f.severity is Severity.error]
+    assert lint(f"{LM} {full}").effective_config["recompute_granularity"] == "full"

@@ -231,6 +231,10 @@ def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
             )
         )
     derive_ffn_sizes(u, values)
+    if (
+        "--recompute-activations" in values
+    ):  # LM arguments.py:589-590: selective, whatever --recompute-granularity says
+        u.set("recompute_granularity", "selective", "--recompute-activations")
     legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
     if legacy:
         impl = (values.get("--cuda-graph-impl") or ["none"])[0]
