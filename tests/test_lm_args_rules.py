@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from moe_long_context.engine.findings import Severity
 from moe_long_context.engine.rules.table import rule_table
 from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 
