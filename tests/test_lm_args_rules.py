@@ -373,3 +373,16 @@ def test_recompute_activations_wins_over_recompute_granularity():
         assert r.effective_config["recompute_granularity"] == "selective"
         assert "RECOMPUTE_SELECTIVE_METHOD" in [f.code for f in r.findings if f.severity is Severity.error]
     assert lint(f"{LM} {full}").effective_config["recompute_granularity"] == "full"
+
+
+def test_a_written_megatron_fsdp_launch_names_its_checkpoint_format():
+    """The Megatron-LM launch the tools write for a Megatron-FSDP plan passes LM arguments.py:1146 (``assert
+    args.ckpt_format == "fsdp_dtensor"``): megatron_args_for adds --ckpt-format fsdp_dtensor."""
+    from moe_long_context.dialects.overrides import megatron_args_for
+    from moe_long_context.engine.config import TrainingConfig
+
+    cfg = TrainingConfig(model="qwen3-30b-a3b", num_gpus=8, ep=8, seq_len=4096, use_megatron_fsdp=True)
+    tokens = megatron_args_for(cfg)
+    assert "--use-megatron-fsdp" in tokens and tokens[tokens.index("--ckpt-format") + 1] == "fsdp_dtensor"
+    assert not fires("LM_MEGATRON_FSDP", " ".join(tokens))
+    assert "--ckpt-format" not in megatron_args_for(cfg.model_copy(update={"use_megatron_fsdp": False}))
