@@ -189,9 +189,8 @@ def torch_fsdp2(a: Args) -> Iterator[Finding]:
 
 @_launch
 def megatron_fsdp(a: Args) -> Iterator[Finding]:
-    """:1118-1163 (--use-megatron-fsdp), :1166-1169 (--fsdp-manual-registration), :1685 (emerging optimizers).
-    --use-torch-fsdp2 asserts first when both are given (torch_fsdp2)."""
-    if a.use_megatron_fsdp and not a.use_torch_fsdp2:
+    """:1118-1163 (--use-megatron-fsdp), :1166-1169 (--fsdp-manual-registration), :1685 (emerging optimizers)."""
+    if a.use_megatron_fsdp:
         if a.moe_single_grouped_weight or a.moe_single_grouped_bias:
             which = [f for f in ("--moe-single-grouped-weight", "--moe-single-grouped-bias") if f in a.values]
             yield finding(
