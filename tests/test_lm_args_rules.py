@@ -386,3 +386,18 @@ def test_a_written_megatron_fsdp_launch_names_its_checkpoint_format():
     assert "--use-megatron-fsdp" in tokens and tokens[tokens.index("--ckpt-format") + 1] == "fsdp_dtensor"
     assert not fires("LM_MEGATRON_FSDP", " ".join(tokens))
     assert "--ckpt-format" not in megatron_args_for(cfg.model_copy(update={"use_megatron_fsdp": False}))
+
+
+def test_mtp_depths_of_the_hybrid_pattern_meet_the_position_embedding_check():
+    """LM arguments.py:838-853: MTP depths after '/' in --hybrid-layer-pattern (or the deprecated
+    --hybrid-override-pattern, :720-732, or the legacy --mtp-hybrid-override-pattern joined at :749-760) replace
+    --mtp-num-layers before :855-860 ``if args.mtp_num_layers: assert position_embedding_type in (rope, none)``
+    (default learned_absolute). Upstream rejects each of these at arguments.py:857."""
+    for extra in ("--hybrid-layer-pattern M*M*/MM/MM", "--hybrid-override-pattern M*M*/MM",
+                  "--hybrid-layer-pattern M*M*/MM/MM --mtp-num-layers 0",
+                  "--hybrid-layer-pattern M*M* --mtp-num-layers 2 --mtp-hybrid-override-pattern MM"):  # fmt: skip
+        assert fires("LM_POSITION_EMBEDDING", f"{LM} {extra}", model="nemotron-3-nano"), extra
+        assert not fires(
+            "LM_POSITION_EMBEDDING", f"{LM} {extra} --position-embedding-type rope", model="nemotron-3-nano"
+        )
+    assert not fires("LM_POSITION_EMBEDDING", f"{LM} --hybrid-layer-pattern M*M*", model="nemotron-3-nano")
