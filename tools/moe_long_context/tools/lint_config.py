@@ -315,7 +315,7 @@ def _analyse(
         pretrain = runs_pretrain(parsed.launcher_tokens)
         sm = gpu.compute_capability[0] if gpu else None
         launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm),
-                  *(Conflict(f) for f in gtp_node_priority(values, parsed.env, sm))]  # fmt: skip
+                  *(Conflict(f) for f in gtp_node_priority(values, parsed.env, sm, megatron_flags()))]  # fmt: skip
         found += [c.finding for c in launch]
         conflicts = megatron_conflicts(values, pretrain) + launch
     else:

@@ -14,7 +14,6 @@ optimizer/optimizer_config.py (MCore), which Megatron-LM builds from the same fl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from functools import cache
 from typing import Any
 
 from ..findings import Finding
@@ -26,12 +25,12 @@ class _Unknown(Exception):
     """A flag the check reads holds an unresolved shell variable or a value argparse would refuse."""
 
 
-@cache
-def _by_dest() -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    from ...dialects.tables import megatron_flags
+Flags = Mapping[str, Mapping[str, Any]]  # argparse's options: flag -> kind, dest, nargs, type, default
 
-    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for flag, info in megatron_flags().items():
+
+def _by_dest(flags: Flags) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+    out: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for flag, info in flags.items():
         out.setdefault(info.get("dest", ""), []).append((flag, info))
     return out
 
@@ -50,22 +49,26 @@ def _convert(text: str, kind: str | None) -> Any:
 
 
 class Args:
-    """argparse's namespace for the flags a launch writes (last one wins), read by argparse dest."""
+    """argparse's namespace for the flags a launch writes (last one wins), read by argparse dest. ``flags`` is
+    Megatron-LM's option table (dialects/megatron_lm_flags.json, which the launch reader passes in)."""
 
-    def __init__(self, values: Values, env: Mapping[str, str] | None = None):
+    def __init__(self, values: Values, env: Mapping[str, str] | None, flags: Flags):
         self.values = values
         self.env = dict(env or {})
+        self.dests = _by_dest(flags)
 
     def given(self, dest: str) -> bool:
-        return any(flag in self.values for flag, _ in _by_dest().get(dest, []))
+        return any(flag in self.values for flag, _ in self.dests.get(dest, []))
 
     def flag(self, dest: str) -> str:
         """The flag that sets ``dest`` (the one written, else the first argparse knows)."""
-        flags = [flag for flag, _ in _by_dest()[dest]]
+        flags = [flag for flag, _ in self.dests[dest]]
         return next((f for f in flags if f in self.values), flags[0])
 
     def __getattr__(self, dest: str) -> Any:
-        entries = _by_dest().get(dest)
+        if dest in ("values", "env", "dests"):  # not set yet (copy, pickle): no namespace to read
+            raise AttributeError(dest)
+        entries = self.dests.get(dest)
         if not entries:
             raise AttributeError(dest)
         value = entries[0][1].get("default")
@@ -173,18 +176,3 @@ _LAUNCH_CHECKS: list[Check] = []
 def _launch(fn: Check) -> Check:
     _LAUNCH_CHECKS.append(fn)
     return fn
-
-
-def lm_launch_findings(values: Values, env: Mapping[str, str] | None = None) -> list[Finding]:
-    """Every finding of these checks on a Megatron-LM launch (its flags and the environment it exports)."""
-    a = Args(values, env)
-    out: list[Finding] = []
-    for fn in _LAUNCH_CHECKS:
-        try:
-            out.extend(fn(a))
-        except _Unknown:
-            continue
-    return out
-
-
-from . import lm_args_features, lm_args_launch  # noqa: E402,F401  (register the checks)

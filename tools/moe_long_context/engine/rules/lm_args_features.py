@@ -6,11 +6,25 @@ latent flags) and the Megatron Core OptimizerConfig checks Megatron-LM reaches f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ..findings import Finding
-from .lm_args_checks import Args, _launch, _Unknown
+from . import lm_args_launch  # noqa: F401  (registers part one first, in validate_args's order)
+from .lm_args_checks import _LAUNCH_CHECKS, Args, Flags, Values, _launch, _Unknown
 from .table import finding
+
+
+def lm_launch_findings(values: Values, env: Mapping[str, str] | None, flags: Flags) -> list[Finding]:
+    """Every finding of the lm-args checks on a Megatron-LM launch (its flags and the environment it exports);
+    ``flags`` is Megatron-LM's option table."""
+    a = Args(values, env, flags)
+    out: list[Finding] = []
+    for fn in _LAUNCH_CHECKS:
+        try:
+            out.extend(fn(a))
+        except _Unknown:
+            continue
+    return out
 
 
 @_launch
@@ -156,10 +170,12 @@ def gtp(a: Args) -> Iterator[Finding]:
             return
 
 
-def gtp_node_priority(values, env, sm_major: int | None) -> list[Finding]:
+def gtp_node_priority(
+    values: Values, env: Mapping[str, str], sm_major: int | None, flags: Flags
+) -> list[Finding]:
     """:1484-1504: on Blackwell and later, GTP with CUDA graphs needs CUDA_GRAPHS_USE_NODE_PRIORITY=1 exported
     (an error when the launch exports another value, a reminder when it exports none)."""
-    a = Args(values, env)
+    a = Args(values, env, flags)
     try:
         if sm_major is None or sm_major < 10 or not _gtp(a) or a.cuda_graph_impl_ == "none":
             return []
