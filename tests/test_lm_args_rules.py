@@ -401,3 +401,19 @@ def test_mtp_depths_of_the_hybrid_pattern_meet_the_position_embedding_check():
             "LM_POSITION_EMBEDDING", f"{LM} {extra} --position-embedding-type rope", model="nemotron-3-nano"
         )
     assert not fires("LM_POSITION_EMBEDDING", f"{LM} --hybrid-layer-pattern M*M*", model="nemotron-3-nano")
+
+
+@pytest.mark.parametrize(
+    ("extra", "fixed"),
+    [("--use-megatron-fsdp", "--use-megatron-fsdp --ckpt-format fsdp_dtensor"),
+     ("--use-megatron-fsdp --ckpt-format torch", "--use-megatron-fsdp --ckpt-format fsdp_dtensor"),
+     ("--fp16", ""), ("--qk-clip --qk-clip-alpha 1.5", "--qk-clip"), ("--main-grads-dtype bf16", ""),
+     ("--hybrid-context-parallel", "--hybrid-context-parallel --calculate-per-token-loss"),
+     ("--attention-backend local", ""), ("--fp16-lm-cross-entropy", "")],
+)  # fmt: skip
+def test_plain_repairs_give_a_launch_upstream_accepts(extra, fixed):
+    """lint_config's corrected launch for a plain lm-args error: the rewrite named here, which upstream's own
+    validate_args and OptimizerConfig accept (judged with the conformance oracle) and lint reads back clean."""
+    r = lint(f"{LM} {extra}")
+    assert not r.valid and r.corrected.split() == f"{LM} {fixed}".split()
+    assert lint(r.corrected).valid

@@ -35,7 +35,7 @@ from ..engine.config import MAX_GPUS, TrainingConfig, _Args
 from ..engine.context import Context
 from ..engine.findings import Checked, Finding, NotChecked, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
-from ..engine.rules.lm_args_features import gtp_node_priority
+from ..engine.rules.lm_args_features import gtp_node_priority, lm_launch_repairs
 from ..engine.rules.upstream import checked
 from ..errors import InputError, check_nesting, describe_validation_error
 from ..memory.rank_memory import memory_model
@@ -317,7 +317,8 @@ def _analyse(
         launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm),
                   *(Conflict(f) for f in gtp_node_priority(values, parsed.env, sm, megatron_flags()))]  # fmt: skip
         found += [c.finding for c in launch]
-        conflicts = megatron_conflicts(values, pretrain) + launch
+        repairs = [Conflict(f, r) for f, r in lm_launch_repairs(values, parsed.env, megatron_flags())]
+        conflicts = megatron_conflicts(values, pretrain) + launch + repairs
     else:
         keys = parsed if dialect == "bridge" else flatten_config(parsed)
         key_findings, renames = bridge_key_findings(keys)

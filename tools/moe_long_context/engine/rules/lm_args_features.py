@@ -27,6 +27,40 @@ def lm_launch_findings(values: Values, env: Mapping[str, str] | None, flags: Fla
     return out
 
 
+def _repair(a: Args, f: Finding) -> dict[str, str | None]:
+    """The rewrite of the launch that clears a finding, where one is plain (``None`` drops a flag; a text with
+    a space replaces the flag and its values), keyed on a flag the launch writes; {} where the choice is the
+    user's."""
+    code, keys = f.code, f.keys
+    if code == "LM_FP16_AND_BF16":
+        return {"--fp16": None}
+    if code == "LM_MEGATRON_FSDP" and "--ckpt-format" in keys:
+        at = "--ckpt-format" if a.given("ckpt_format") else "--use-megatron-fsdp"
+        return {at: ("" if at == "--ckpt-format" else "--use-megatron-fsdp ") + "--ckpt-format fsdp_dtensor"}
+    if code == "LM_OVERLAP_PARAM_GATHER":
+        return {"--overlap-param-gather": f"--overlap-param-gather {keys[1]}"}
+    if code in ("LM_NEEDS_TRANSFORMER_ENGINE", "LM_ATTENTION_BACKEND_LOCAL"):
+        return {keys[0]: None}
+    if code in ("LM_HALF_PRECISION_FLAGS", "OPTIMIZER_DTYPE_NEEDS_PRECISION_AWARE", "LM_LATENT_FLAGS"):
+        return {keys[0]: None}
+    if code == "LM_QK_CLIP":
+        return {keys[1]: None}  # the default (alpha 0.5, threshold 100) passes
+    if code == "LM_HYBRID_CONTEXT_PARALLEL" and keys[1] == "--calculate-per-token-loss":
+        return {"--hybrid-context-parallel": "--hybrid-context-parallel --calculate-per-token-loss"}
+    if code == "LM_HYBRID_CONTEXT_PARALLEL" and keys[1] == "--dataloader-type":
+        return {"--dataloader-type": "--dataloader-type single"}
+    return {}
+
+
+def lm_launch_repairs(
+    values: Values, env: Mapping[str, str] | None, flags: Flags
+) -> list[tuple[Finding, dict[str, str | None]]]:
+    """The findings of ``lm_launch_findings`` that have a plain repair, each with it (for lint_config)."""
+    a = Args(values, env, flags)
+    out = [(f, _repair(a, f)) for f in lm_launch_findings(values, env, flags)]
+    return [(f, r) for f, r in out if r and all(flag in values for flag in r)]
+
+
 @_launch
 def half_precision(a: Args) -> Iterator[Finding]:
     """:1170-1189 (--fp16 and --bf16 exclude each other; BF16 with --accumulate-allreduce-grads-in-fp32 keeps
