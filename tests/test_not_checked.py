@@ -27,7 +27,6 @@ BRIDGE = ["model.expert_model_parallel_size=8", "train.global_batch_size=64"]
 # (upstream check, model, megatron-lm flags or bridge overrides that reach it): one for every upstream file with a
 # not-modelled check
 REACHES = [
-    ("LM arguments.py:1000", "qwen3-30b-a3b", f"{LM} --use-torch-fsdp2"),
     ("MCore transformer/transformer_config.py:1758", "qwen3-30b-a3b", f"{LM} --distribute-saved-activations"),
     ("MCore model_parallel_config.py:546", "qwen3-30b-a3b", [*BRIDGE, "model.defer_embedding_wgrad_compute=true"]),
     ("MCore models/gpt/experimental_attention_variant_module_specs.py:442", "glm-5", f"{LM} --transformer-impl local"),
@@ -37,8 +36,6 @@ REACHES = [
     ("MCore models/hybrid/hybrid_model.py:164", "nemotron-3-nano", f"{LM} --hybrid-override-pattern M-M-"),
     ("MCore parallel_state.py:783", "qwen3-30b-a3b", f"{LM} --use-sharp"),
     ("MCore transformer/moe/token_dispatcher.py:1530", "qwen3-30b-a3b", [*BRIDGE, "model.moe_ncclep_zero_copy=true"]),
-    ("MCore transformer/cuda_graph_config.py:98", "qwen3-30b-a3b", [*BRIDGE, "model.cuda_graph_scope=attn"]),
-    ("MCore optimizer/optimizer_config.py:470", "qwen3-30b-a3b", f"{LM} --main-grads-dtype bf16"),
     ("MCore transformer/experimental_attention_variant/dsa.py:1154", "glm-5", [*BRIDGE, "model.rope_type=llama"]),
     ("MCore transformer/experimental_attention_variant/absorbed_mla.py:213", "glm-5", [*BRIDGE, "model.rope_type=llama"]),
     ("MCore transformer/multi_latent_attention.py:202", "deepseek-v3", [*BRIDGE, "model.rope_type=llama"]),

@@ -47,6 +47,7 @@ def test_codes_used_in_checks_exist_and_every_rule_is_checked():
         "FP8_RECIPES",
         "CUDA_GRAPH_MODULES",
         "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_GRAPHS_USE_NODE_PRIORITY",
         "LM_ONLY_FLAGS",
     }
     assert not unknown, unknown

@@ -67,36 +67,63 @@ def _fp8_and_fp4(fp8: str | None, fp4: str | None, recipe: str) -> Iterator[Conf
         )
 
 
+def _mtp_layers(values: Mapping[str, list[str]]) -> str:
+    """--mtp-num-layers as validate_args has it at :855: the deprecated --hybrid-override-pattern becomes the
+    pattern (:720-732), the legacy --mtp-hybrid-override-pattern joins it (:749-760), and MTP depths after '/'
+    in the pattern replace --mtp-num-layers (:838-853, parse_hybrid_pattern)."""
+    written = (values.get("--mtp-num-layers") or ["0"])[0]
+    pattern = next(
+        (values[f][0] for f in ("--hybrid-override-pattern", "--hybrid-layer-pattern") if values.get(f)), None
+    )
+    legacy = (values.get("--mtp-hybrid-override-pattern") or [None])[0]
+    if legacy and written.isdigit() and int(written) > 0 and (pattern is None or "/" not in pattern):
+        pattern = (pattern or "") + "/" + "/".join([legacy] * int(written))
+    depths = pattern.split("/")[1:] if pattern and "$" not in pattern else []
+    if depths and not all(d == "" for d in depths) and all(d == depths[0] for d in depths):
+        return str(len(depths))
+    return written
+
+
 def _position_embedding(values: Mapping[str, list[str]]) -> Iterator[Conflict]:
     """LM arguments.py:855-860: with MTP, --position-embedding-type must be rope or none as written, since the
     legacy --use-rotary-position-embeddings is applied only later (:1575-1576); :1579-1580 refuses
-    --no-position-embedding unless the type (after that) is rope."""
+    --no-position-embedding unless the type (after that) is rope. The MTP count is validate_args's at :855
+    (_mtp_layers: a hybrid pattern's MTP depths replace --mtp-num-layers)."""
     written = (values.get("--position-embedding-type") or ["learned_absolute"])[0]
-    mtp = (values.get("--mtp-num-layers") or ["0"])[0]
-    # judged where the launch writes the architecture (--num-layers ...): a flag list that leaves the model to a
-    # separate definition does not show its position embedding
-    declares = "--num-layers" in values or "--position-embedding-type" in values
+    mtp = _mtp_layers(values)
+    # judged where the launch writes the architecture (--num-layers or a hybrid pattern ...): a flag list that
+    # leaves the model to a separate definition does not show its position embedding
+    declares = any(f in values for f in ("--num-layers", "--position-embedding-type", "--hybrid-layer-pattern",
+                                         "--hybrid-override-pattern"))  # fmt: skip
     if declares and mtp.isdigit() and int(mtp) > 0 and written not in ("rope", "none"):
         legacy = " (--use-rotary-position-embeddings is applied after this check)" if (
             "--use-rotary-position-embeddings" in values) else ""  # fmt: skip
-        at = "--position-embedding-type" if "--position-embedding-type" in values else "--mtp-num-layers"
-        rewrite = (
-            f"{'' if at != '--mtp-num-layers' else f'--mtp-num-layers {mtp} '}--position-embedding-type rope"
+        # the repair rewrites a flag the launch writes (the MTP count may come from the hybrid pattern)
+        at = next(
+            (f for f in ("--position-embedding-type", "--mtp-num-layers", "--num-layers") if values.get(f)),
+            None,
         )
+        kept = "" if at == "--position-embedding-type" or at is None else f"{at} {values[at][0]} "
+        repair: dict[str, str | None] = {at: f"{kept}--position-embedding-type rope"} if at else {}
         yield Conflict(
             finding(
                 "LM_POSITION_EMBEDDING",
-                f"--mtp-num-layers {mtp} with position embedding {written}: Megatron-LM's validate_args accepts "
+                (
+                    f"--mtp-num-layers {mtp}"
+                    if mtp == (values.get("--mtp-num-layers") or [None])[0]
+                    else f"{mtp} MTP depths in the hybrid pattern"
+                )
+                + f" with position embedding {written}: Megatron-LM's validate_args accepts "
                 f"MTP only with --position-embedding-type rope or none{legacy}.",
                 "Add --position-embedding-type rope (or none).",
                 ["--mtp-num-layers", "--position-embedding-type"],
             ),
-            {at: rewrite},
+            repair,
         )
         return
     final = "rope" if "--use-rotary-position-embeddings" in values else written
     if "--no-position-embedding" in values and final != "rope":
-        repair: dict[str, str | None] = {"--no-position-embedding": None}
+        repair = {"--no-position-embedding": None}
         if "--position-embedding-type" in values:
             repair["--position-embedding-type"] = "--position-embedding-type none"
         else:

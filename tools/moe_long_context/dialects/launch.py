@@ -14,6 +14,7 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
+from ..engine.rules.lm_args_features import lm_launch_findings
 from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
 from .lm_args import LM_ONLY_FLAGS, runs_pretrain
@@ -180,6 +181,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         )
     _megatron_semantics(u, values)
     u.notes += megatron_checks(values)
+    u.notes += lm_launch_findings(values, parsed.env, flags)  # validate_args on flags no field carries
     u.notes += [c.finding for c in megatron_conflicts(values, runs_pretrain(parsed.launcher_tokens))]
     # a whole launch script (assignments or a launcher line) says what it exports; bare flags do not
     is_script = bool(parsed.env or parsed.launcher_tokens)
@@ -229,6 +231,10 @@ def _megatron_semantics(u: Understood, values: dict[str, list[str]]) -> None:
             )
         )
     derive_ffn_sizes(u, values)
+    if (
+        "--recompute-activations" in values
+    ):  # LM arguments.py:589-590: selective, whatever --recompute-granularity says
+        u.set("recompute_granularity", "selective", "--recompute-activations")
     legacy = [flag for flag in _LEGACY_GRAPH_FLAGS if flag in values]
     if legacy:
         impl = (values.get("--cuda-graph-impl") or ["none"])[0]

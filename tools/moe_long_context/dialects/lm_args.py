@@ -30,7 +30,11 @@ _REMOVED = {"--batch-size": "--micro-batch-size", "--warmup": "--lr-warmup-fract
 _ARCH_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings")
 # Flags only these checks read (the engine has no field for them): not listed as unread.
 LM_ONLY_FLAGS = (*_REMOVED, "--max-position-embeddings", "--no-overlap-p2p-communication", "--fp4-param-gather",
-                 "--fp8-output-proj")  # fmt: skip
+                 "--fp8-output-proj",
+                 # read only by engine/rules/lm_args_features.py (numerics, debugging and data flags)
+                 "--qk-clip", "--qk-clip-alpha", "--qk-clip-threshold", "--check-weight-hash-across-dp-replicas-interval",
+                 "--ddp-average-in-collective", "--init-model-with-meta-device", "--calculate-per-token-loss",
+                 "--dataloader-type")  # fmt: skip
 
 
 def _int(values: Values, flag: str, default: int | None = None) -> int | None:

@@ -110,6 +110,9 @@ def megatron_args_for(
         required = spec.get("megatron", {}).get("required", False)
         if name == "precision" or required or value != defaults.get(name, _missing):
             tokens += megatron_tokens(name, value)
+    # LM arguments.py:1146: Megatron-FSDP needs its checkpoint format (LM_MEGATRON_FSDP)
+    if cfg.use_megatron_fsdp:
+        tokens += ["--ckpt-format", "fsdp_dtensor"]
     return tokens
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..dialects.conflicts import bridge_conflicts, megatron_conflicts
 from ..dialects.launch import Understood
-from ..dialects.lm_args import max_connections, runs_pretrain, virtual_stages
+from ..dialects.lm_args import Conflict, max_connections, runs_pretrain, virtual_stages
 from ..dialects.overrides import architecture_flags, bridge_translation, megatron_args_for, megatron_defaults
 from ..dialects.tables import (
     ParsedScript,
@@ -35,6 +35,7 @@ from ..engine.config import MAX_GPUS, TrainingConfig, _Args
 from ..engine.context import Context
 from ..engine.findings import Checked, Finding, NotChecked, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
+from ..engine.rules.lm_args_features import gtp_node_priority, lm_launch_repairs
 from ..engine.rules.upstream import checked
 from ..errors import InputError, check_nesting, describe_validation_error
 from ..memory.rank_memory import memory_model
@@ -313,9 +314,11 @@ def _analyse(
         values = {item.flag: item.values for item in parsed.items}
         pretrain = runs_pretrain(parsed.launcher_tokens)
         sm = gpu.compute_capability[0] if gpu else None
-        launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm)]
+        launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm),
+                  *(Conflict(f) for f in gtp_node_priority(values, parsed.env, sm, megatron_flags()))]  # fmt: skip
         found += [c.finding for c in launch]
-        conflicts = megatron_conflicts(values, pretrain) + launch
+        repairs = [Conflict(f, r) for f, r in lm_launch_repairs(values, parsed.env, megatron_flags())]
+        conflicts = megatron_conflicts(values, pretrain) + launch + repairs
     else:
         keys = parsed if dialect == "bridge" else flatten_config(parsed)
         key_findings, renames = bridge_key_findings(keys)

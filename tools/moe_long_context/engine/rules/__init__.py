@@ -49,6 +49,7 @@ def _load_checks() -> None:
         hybrid_blocks,
         launcher,
         layout,
+        lm_args_features,
         mamba,
         moe,
         optimizer,
