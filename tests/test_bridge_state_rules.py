@@ -66,6 +66,16 @@ def test_distributed_optimizer_instances_divide_dp_and_expert_dp():
                  num_gpus=24)  # fmt: skip
 
 
+def test_gtp_needs_one_distributed_optimizer_instance():
+    """MCore parallel_state.py:808-811: ``assert not ((gtp_remat_size > 1 or expert_gtp_remat_size > 1) and
+    num_distributed_optimizer_instances > 1)``; Megatron-LM derives GTP = weight shards / TP (arguments.py:1455)."""
+    flags = LM.replace("--tensor-model-parallel-size 1", "--tensor-model-parallel-size 2")
+    gtp = f"{flags} --tensor-parallel-num-weight-shards 4 --num-distributed-optimizer-instances 2"
+    assert fires(gtp, "GTP_DISTOPT_INSTANCES", num_gpus=16)
+    assert silent(gtp.replace("shards 4", "shards 2"), "GTP_DISTOPT_INSTANCES", num_gpus=16)  # GTP 1
+    assert silent(f"{flags} --tensor-parallel-num-weight-shards 4", "GTP_DISTOPT_INSTANCES", num_gpus=16)
+
+
 def test_tp_pp_dp_mapping_needs_equal_dp_sizes_with_pp():
     """MCore parallel_state.py:898-902: ``order.endswith("pp") or pipeline_model_parallel_size == 1 or
     expert_data_parallel_size == data_parallel_size`` (use_tp_pp_dp_mapping orders tp-cp-ep-pp-dp)."""

@@ -33,7 +33,6 @@ REACHES = [
     ("MCore models/hybrid/hybrid_layer_allocation.py:91", "nemotron-3-nano",
      ["model.hybrid_attention_ratio=0.5", "train.global_batch_size=64"]),
     ("MCore models/hybrid/hybrid_model.py:164", "nemotron-3-nano", f"{LM} --hybrid-override-pattern M-M-"),
-    ("MCore parallel_state.py:808", "qwen3-30b-a3b", f"{LM} --tensor-parallel-num-weight-shards 2"),
     ("MCore transformer/cuda_graph_config.py:98", "qwen3-30b-a3b", [*BRIDGE, "model.cuda_graph_scope=attn"]),
     ("MCore optimizer/optimizer_config.py:470", "qwen3-30b-a3b", f"{LM} --main-grads-dtype bf16"),
     ("Bridge training/config.py:1452", "qwen3-30b-a3b", [*BRIDGE, "model.calculate_per_token_loss=false"]),

@@ -295,6 +295,33 @@ def _hybrid_segments(v: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _gtp_instances(values: Mapping[str, list[str]], v: Mapping[str, Any], ctx: Context) -> list[Finding]:
+    """parallel_state.py:805-809: GTP weight rematerialization (Megatron-LM derives it as the weight shards over TP,
+    arguments.py:1455-1473; Bridge's initialize_model_parallel call does not pass it) with more than one
+    distributed-optimizer instance."""
+    n = v["num_distributed_optimizer_instances"]
+    if not n or n <= 1:
+        return []
+    remat = []
+    for flag, tp in (("--tensor-parallel-num-weight-shards", ctx.cfg.tp),
+                     ("--expert-tensor-parallel-num-weight-shards", ctx.etp)):  # fmt: skip
+        try:
+            shards = int((values.get(flag) or ["0"])[0])
+        except ValueError:
+            continue
+        if tp and shards >= tp and shards % tp == 0 and shards // tp > 1:
+            remat.append(f"{flag} {shards} (GTP {shards // tp})")
+    if not remat:
+        return []
+    return [finding(
+        "GTP_DISTOPT_INSTANCES",
+        f"{' and '.join(remat)} with --num-distributed-optimizer-instances {n}: initialize_model_parallel asserts "
+        "GTP weight rematerialization runs with a single distributed-optimizer instance.",
+        "Drop --num-distributed-optimizer-instances (1), or the weight shards beyond TP.",
+        ["num_distributed_optimizer_instances", *(r.split()[0] for r in remat)],
+    )]  # fmt: skip
+
+
 # --------------------------------------------------------------------------- on the engine's own fields
 
 
@@ -320,7 +347,9 @@ def delay_wgrad_attn_graph_bias(ctx: Context) -> Iterator[Finding]:
 
 def megatron_launch_checks(values: Mapping[str, list[str]], env: Mapping[str, str], ctx: Context) -> list[Finding]:
     """The checks above on a Megatron-LM launch (flags and the exported environment)."""
-    out = list(_mcore_checks(_lm_view(values, env), ctx))
+    view = _lm_view(values, env)
+    out = list(_mcore_checks(view, ctx))
+    out += _gtp_instances(values, view, ctx)
     impl = (values.get("--transformer-impl") or ["transformer_engine"])[0]
     m = ctx.model
     if (m.has_dsa or m.has_linear_attention) and impl != "transformer_engine":
