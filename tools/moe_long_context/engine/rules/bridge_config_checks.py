@@ -266,7 +266,8 @@ def _providers(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
         yield finding(
             "BRIDGE_GRAPHS_TE_RNG_TRACKER",
             f"cuda_graph_impl={c.cuda_graph_impl} without the TE RNG tracker: Bridge's GPT provider asserts "
-            "model.use_te_rng_tracker (or rng.te_rng_tracker) when it builds a model with CUDA graphs.",
+            "model.use_te_rng_tracker (or rng.te_rng_tracker) when it builds a model with CUDA graphs (providers "
+            "that build their own model, such as the Qwen3-VL ones, do not).",
             "Set model.use_te_rng_tracker=true.",
             ["cuda_graph_impl", "model.use_te_rng_tracker"],
         )
