@@ -21,6 +21,9 @@ from .table import finding
 _TRUE = (True, "true", "True", "1", 1)
 _DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # config.py:1057
 _RECIPE = object()  # mixed_precision left out: the recipe's preset
+# Providers whose gradient_accumulation_fusion defaults off (exaone/exaone_moe/exaone_moe_provider.py:133); the others
+# take fusions.can_enable_gradient_accumulation_fusion(), True wherever Transformer Engine imports.
+_NO_GRAD_ACC_FUSION_BY_DEFAULT = {"exaone_moe"}
 
 
 def _on(value: Any) -> bool:
@@ -170,8 +173,9 @@ def _packing(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
 
 def _modelopt(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
     """config.py:1378-1382, validate (gradient_accumulation_fusion defaults on wherever TE imports)."""
+    default = ctx.model.family not in _NO_GRAD_ACC_FUSION_BY_DEFAULT
     if _on(keys.get("model.restore_modelopt_state", False)) and _on(
-        keys.get("model.gradient_accumulation_fusion", True)
+        keys.get("model.gradient_accumulation_fusion", default)
     ):
         yield finding(
             "BRIDGE_MODELOPT_GRAD_ACC_FUSION",
@@ -328,7 +332,7 @@ def _delayed_wgrad_graphs(keys: Mapping[str, Any], ctx: Context) -> Iterator[Fin
     )
     if not (attn or router):
         return
-    if not _on(keys.get("model.gradient_accumulation_fusion", True)):
+    if not _on(keys.get("model.gradient_accumulation_fusion", m.family not in _NO_GRAD_ACC_FUSION_BY_DEFAULT)):
         yield finding(
             "BRIDGE_DELAY_WGRAD_GRAPHS_GRAD_ACC_FUSION",
             "comm_overlap.delay_wgrad_compute with the attn (or shared-expert moe_router) CUDA-graph module and "
