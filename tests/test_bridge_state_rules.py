@@ -214,14 +214,15 @@ def test_eval_context_parallel_divides_the_world():
 
 def test_packing_switches():
     """Bridge training/config.py:1155-1156 (offline and in-batch packing exclude each other), :1463-1464
-    (``packed_sequence_size <= 0`` raises; PackedSequenceSpecs defaults it to -1), :1480-1481 (in-batch packing
+    (``packed_sequence_size <= 0`` raises; judged when the list writes the size, the recipe's specs carry theirs), :1480-1481 (in-batch packing
     with ``train.micro_batch_size == 1`` raises)."""
     both = [*BRIDGE, "dataset.enable_offline_packing=true", "dataset.enable_in_batch_packing=true"]
     assert fires(both, "BRIDGE_PACKING_EXCLUSIVE")
     assert silent(both[:-1], "BRIDGE_PACKING_EXCLUSIVE")
     packed = [*BRIDGE, "dataset.enable_offline_packing=true", "dataset.offline_packing_specs.pad_cu_seqlens=false"]
-    assert fires(packed, "BRIDGE_PACKED_SEQUENCE_SIZE")
+    assert fires([*packed, "dataset.offline_packing_specs.packed_sequence_size=-1"], "BRIDGE_PACKED_SEQUENCE_SIZE")
     assert silent([*packed, "dataset.offline_packing_specs.packed_sequence_size=4096"], "BRIDGE_PACKED_SEQUENCE_SIZE")
+    assert silent(packed, "BRIDGE_PACKED_SEQUENCE_SIZE")  # the recipe's specs give the size
     in_batch = [*BRIDGE, "dataset.enable_in_batch_packing=true"]
     assert fires([*in_batch, "train.micro_batch_size=1"], "BRIDGE_IN_BATCH_PACKING_MBS")
     assert silent([*in_batch, "train.micro_batch_size=2"], "BRIDGE_IN_BATCH_PACKING_MBS")

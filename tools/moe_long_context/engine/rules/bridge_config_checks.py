@@ -21,9 +21,10 @@ from .table import finding
 _TRUE = (True, "true", "True", "1", 1)
 _DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # config.py:1057
 _RECIPE = object()  # mixed_precision left out: the recipe's preset
-# Providers whose gradient_accumulation_fusion defaults off (exaone/exaone_moe/exaone_moe_provider.py:133); the others
-# take fusions.can_enable_gradient_accumulation_fusion(), True wherever Transformer Engine imports.
-_NO_GRAD_ACC_FUSION_BY_DEFAULT = {"exaone_moe"}
+# Families whose provider (exaone/exaone_moe/exaone_moe_provider.py:133) or recipe (recipes/gemma/h100/gemma4.py:114)
+# turns gradient_accumulation_fusion off; the others take fusions.can_enable_gradient_accumulation_fusion(), True
+# wherever Transformer Engine imports.
+_NO_GRAD_ACC_FUSION_BY_DEFAULT = {"exaone_moe", "gemma4"}
 
 
 def _on(value: Any) -> bool:
@@ -151,13 +152,13 @@ def _packing(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
             ["dataset.enable_offline_packing", "dataset.enable_in_batch_packing"],
         )
         return
-    size = keys.get("dataset.offline_packing_specs.packed_sequence_size", -1)  # PackedSequenceSpecs default
-    specs = any(k == "dataset.offline_packing_specs" or k.startswith("dataset.offline_packing_specs.") for k in keys)
-    if offline and specs and isinstance(size, int | float) and size <= 0:
+    # Only a size the list writes: the recipe's specs carry their own (PackedSequenceSpecs' default is -1).
+    size = keys.get("dataset.offline_packing_specs.packed_sequence_size")
+    if offline and isinstance(size, int | float) and not isinstance(size, bool) and size <= 0:
         yield finding(
             "BRIDGE_PACKED_SEQUENCE_SIZE",
-            f"Offline packing with offline_packing_specs.packed_sequence_size={size} (the default is -1): Bridge "
-            "raises unless it is positive.",
+            f"Offline packing with offline_packing_specs.packed_sequence_size={size}: Bridge raises unless it is "
+            "positive.",
             "Set dataset.offline_packing_specs.packed_sequence_size to the packed length (the sequence length).",
             ["dataset.enable_offline_packing", "dataset.offline_packing_specs.packed_sequence_size"],
         )
