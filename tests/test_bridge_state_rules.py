@@ -45,13 +45,17 @@ def test_sharp_group_needs_sharp_and_a_known_group():
     if sharp_enabled_group == "dp_replica": assert num_distributed_optimizer_instances > 1`` else
     ``assert sharp_enabled_group is None``."""
     assert fires([*BRIDGE, "dist.sharp_enabled_group=dp"], "SHARP_GROUP_WITHOUT_SHARP")
-    assert silent([*BRIDGE, "dist.sharp_enabled_group=dp", "dist.use_sharp=true"], "SHARP_GROUP_WITHOUT_SHARP")
+    assert silent(
+        [*BRIDGE, "dist.sharp_enabled_group=dp", "dist.use_sharp=true"], "SHARP_GROUP_WITHOUT_SHARP"
+    )
     assert fires(f"{LM} --sharp-enabled-group dp", "SHARP_GROUP_WITHOUT_SHARP")
     assert fires([*BRIDGE, "dist.use_sharp=true", "dist.sharp_enabled_group=tp"], "SHARP_GROUP_UNKNOWN")
     assert silent([*BRIDGE, "dist.use_sharp=true", "dist.sharp_enabled_group=dp"], "SHARP_GROUP_UNKNOWN")
     replica = [*BRIDGE, "dist.use_sharp=true", "dist.sharp_enabled_group=dp_replica"]
     assert fires(replica, "SHARP_DP_REPLICA_INSTANCES", num_gpus=16)
-    assert silent([*replica, "ddp.num_distributed_optimizer_instances=2"], "SHARP_DP_REPLICA_INSTANCES", num_gpus=16)
+    assert silent(
+        [*replica, "ddp.num_distributed_optimizer_instances=2"], "SHARP_DP_REPLICA_INSTANCES", num_gpus=16
+    )
 
 
 def test_distributed_optimizer_instances_divide_dp_and_expert_dp():
@@ -127,7 +131,9 @@ def test_ncclep_static_shape_with_fp8_needs_blackwell_and_the_cutedsl_switch():
            "model.use_transformer_engine_op_fuser=true", "mixed_precision=bf16_with_mxfp8_mixed"]  # fmt: skip
     assert fires(fp8, "NCCLEP_STATIC_FP8_BLACKWELL", gpu="h100")
     assert silent(fp8, "NCCLEP_STATIC_FP8_BLACKWELL", gpu="b200")
-    assert fires([*fp8, "env_vars.NVTE_CUTEDSL_FUSED_GROUPED_MLP=0"], "NCCLEP_STATIC_FP8_CUTEDSL_ENV", gpu="b200")
+    assert fires(
+        [*fp8, "env_vars.NVTE_CUTEDSL_FUSED_GROUPED_MLP=0"], "NCCLEP_STATIC_FP8_CUTEDSL_ENV", gpu="b200"
+    )
     assert fires(fp8, "NCCLEP_STATIC_FP8_CUTEDSL_ENV_UNSEEN", "warning", gpu="b200")
     ok = [*fp8, "env_vars.NVTE_CUTEDSL_FUSED_GROUPED_MLP=1"]
     assert silent(ok, "NCCLEP_STATIC_FP8_CUTEDSL_ENV", gpu="b200")
@@ -166,7 +172,9 @@ def test_experimental_attention_needs_transformer_engine():
     "transformer_engine"``."""
     assert fires([*BRIDGE, "model.transformer_impl=local"], "EXPERIMENTAL_ATTENTION_NEEDS_TE", model="glm-5",
                  num_gpus=64)  # fmt: skip
-    assert fires(f"{LM} --transformer-impl local", "EXPERIMENTAL_ATTENTION_NEEDS_TE", model="glm-5", num_gpus=64)
+    assert fires(
+        f"{LM} --transformer-impl local", "EXPERIMENTAL_ATTENTION_NEEDS_TE", model="glm-5", num_gpus=64
+    )
     assert silent(LM, "EXPERIMENTAL_ATTENTION_NEEDS_TE", model="glm-5", num_gpus=64)
     assert silent(f"{LM} --transformer-impl local", "EXPERIMENTAL_ATTENTION_NEEDS_TE")  # no DSA / GDN layers
 
@@ -195,9 +203,13 @@ def test_megatron_fsdp_state():
     assert fires([*fsdp, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"], "BRIDGE_FSDP_MAX_CONNECTIONS")
     assert silent([*fsdp, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32"], "BRIDGE_FSDP_MAX_CONNECTIONS")
     assert fires([*fsdp, "ddp.fsdp_manual_registration=true"], "BRIDGE_FSDP_MANUAL_REGISTRATION")
-    assert silent([*fsdp, "ddp.fsdp_manual_registration=true", "ddp.nccl_ub=true"], "BRIDGE_FSDP_MANUAL_REGISTRATION")
+    assert silent(
+        [*fsdp, "ddp.fsdp_manual_registration=true", "ddp.nccl_ub=true"], "BRIDGE_FSDP_MANUAL_REGISTRATION"
+    )
     sharded = [*fsdp, "ddp.data_parallel_sharding_strategy=optim_grads_params"]
-    assert fires([*sharded, "train.check_weight_hash_across_dp_replicas_interval=10"], "BRIDGE_FSDP_WEIGHT_HASH")
+    assert fires(
+        [*sharded, "train.check_weight_hash_across_dp_replicas_interval=10"], "BRIDGE_FSDP_WEIGHT_HASH"
+    )
     assert silent(sharded, "BRIDGE_FSDP_WEIGHT_HASH")
     assert fires([*fsdp, "dist.use_tp_pp_dp_mapping=true"], "BRIDGE_FSDP_TP_PP_DP_MAPPING")
     assert silent([*BRIDGE, "dist.use_tp_pp_dp_mapping=true"], "BRIDGE_FSDP_TP_PP_DP_MAPPING")
@@ -219,9 +231,17 @@ def test_packing_switches():
     both = [*BRIDGE, "dataset.enable_offline_packing=true", "dataset.enable_in_batch_packing=true"]
     assert fires(both, "BRIDGE_PACKING_EXCLUSIVE")
     assert silent(both[:-1], "BRIDGE_PACKING_EXCLUSIVE")
-    packed = [*BRIDGE, "dataset.enable_offline_packing=true", "dataset.offline_packing_specs.pad_cu_seqlens=false"]
-    assert fires([*packed, "dataset.offline_packing_specs.packed_sequence_size=-1"], "BRIDGE_PACKED_SEQUENCE_SIZE")
-    assert silent([*packed, "dataset.offline_packing_specs.packed_sequence_size=4096"], "BRIDGE_PACKED_SEQUENCE_SIZE")
+    packed = [
+        *BRIDGE,
+        "dataset.enable_offline_packing=true",
+        "dataset.offline_packing_specs.pad_cu_seqlens=false",
+    ]
+    assert fires(
+        [*packed, "dataset.offline_packing_specs.packed_sequence_size=-1"], "BRIDGE_PACKED_SEQUENCE_SIZE"
+    )
+    assert silent(
+        [*packed, "dataset.offline_packing_specs.packed_sequence_size=4096"], "BRIDGE_PACKED_SEQUENCE_SIZE"
+    )
     assert silent(packed, "BRIDGE_PACKED_SEQUENCE_SIZE")  # the recipe's specs give the size
     in_batch = [*BRIDGE, "dataset.enable_in_batch_packing=true"]
     assert fires([*in_batch, "train.micro_batch_size=1"], "BRIDGE_IN_BATCH_PACKING_MBS")
@@ -304,7 +324,9 @@ def test_delayed_wgrad_inside_attention_graphs():
     wgrad = [*BRIDGE, "comm_overlap.delay_wgrad_compute=true", "model.overlap_moe_expert_parallel_comm=true",
              "model.cuda_graph_impl=transformer_engine", "model.cuda_graph_modules=[attn]",
              "model.use_te_rng_tracker=true"]  # fmt: skip
-    assert fires([*wgrad, "model.gradient_accumulation_fusion=false"], "BRIDGE_DELAY_WGRAD_GRAPHS_GRAD_ACC_FUSION")
+    assert fires(
+        [*wgrad, "model.gradient_accumulation_fusion=false"], "BRIDGE_DELAY_WGRAD_GRAPHS_GRAD_ACC_FUSION"
+    )
     assert silent(wgrad, "BRIDGE_DELAY_WGRAD_GRAPHS_GRAD_ACC_FUSION")
     assert fires(wgrad, "BRIDGE_DELAY_WGRAD_ATTN_GRAPH_BIAS", model="gpt-oss-120b", num_gpus=8)
     assert silent(wgrad, "BRIDGE_DELAY_WGRAD_ATTN_GRAPH_BIAS")  # Qwen3 has no attention bias

@@ -63,7 +63,8 @@ def test_a_value_that_makes_the_guard_false_does_not_reach_it():
     reached = _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true"]).not_checked
     assert [n for n in reached if n.source == source]
     assert not [
-        n for n in _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true", "model.bf16=false"]).not_checked
+        n
+        for n in _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true", "model.bf16=false"]).not_checked
         if n.source == source
     ]
 

@@ -111,7 +111,11 @@ def _fsdp(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
             f"{fsdp[0]}=true with the optim_grads_params sharding and "
             "train.check_weight_hash_across_dp_replicas_interval set: Bridge asserts the interval is None.",
             "Set train.check_weight_hash_across_dp_replicas_interval=null (or another sharding strategy).",
-            [fsdp[0], "ddp.data_parallel_sharding_strategy", "train.check_weight_hash_across_dp_replicas_interval"],
+            [
+                fsdp[0],
+                "ddp.data_parallel_sharding_strategy",
+                "train.check_weight_hash_across_dp_replicas_interval",
+            ],
         )
     if _on(keys.get("dist.use_tp_pp_dp_mapping", False)):
         yield finding(
@@ -126,7 +130,12 @@ def _eval_cp(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
     """config.py:1318-1331, validate (the eval world is the training world without dist_train)."""
     ecp = keys.get("dist.eval_context_parallel_size")
     c = ctx.cfg
-    if not isinstance(ecp, int) or isinstance(ecp, bool) or ecp < 1 or _on(keys.get("model.dist_train.use_dist_train")):
+    if (
+        not isinstance(ecp, int)
+        or isinstance(ecp, bool)
+        or ecp < 1
+        or _on(keys.get("model.dist_train.use_dist_train"))
+    ):
         return
     size = c.tp * c.pp * ecp
     if c.num_gpus % size:
@@ -189,7 +198,9 @@ def _modelopt(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
 
 def _process_groups(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
     """config.py:1412-1416, validate (use_gloo_process_groups defaults on)."""
-    if _on(keys.get("dist.use_decentralized_pg", False)) and _on(keys.get("dist.use_gloo_process_groups", True)):
+    if _on(keys.get("dist.use_decentralized_pg", False)) and _on(
+        keys.get("dist.use_gloo_process_groups", True)
+    ):
         yield finding(
             "BRIDGE_DECENTRALIZED_PG_GLOO",
             "dist.use_decentralized_pg=true with the Gloo process groups on (their default): Bridge asserts "
@@ -205,7 +216,7 @@ def _precision_flags(keys: Mapping[str, Any]) -> tuple[dict[str, tuple[Any, Any]
     mp = keys.get("mixed_precision", _RECIPE)
     sub = any(k.startswith("mixed_precision.") for k in keys)
     if mp is None and not sub:  # no mixed-precision config: the sections keep their own flags
-        model = (keys["model.bf16"] if "model.bf16" in keys else None, keys.get("model.fp16", False))
+        model = (keys.get("model.bf16"), keys.get("model.fp16", False))
         optimizer = (keys.get("optimizer.bf16", False), keys.get("optimizer.fp16", False))
         return {"model": model, "optimizer": optimizer}, False
     if isinstance(mp, str):  # a preset: every fp16 one is named fp16_* (mixed_precision.py:185-445)
@@ -328,12 +339,16 @@ def _delayed_wgrad_graphs(keys: Mapping[str, Any], ctx: Context) -> Iterator[Fin
     m, c = ctx.model, ctx.cfg
     modules = set(c.cuda_graph_modules or [])
     attn = "attn" in modules
-    router = "moe_router" in modules and bool(m.moe_shared_expert_intermediate_size) and not (
-        c.moe_shared_expert_overlap
+    router = (
+        "moe_router" in modules
+        and bool(m.moe_shared_expert_intermediate_size)
+        and not (c.moe_shared_expert_overlap)
     )
     if not (attn or router):
         return
-    if not _on(keys.get("model.gradient_accumulation_fusion", m.family not in _NO_GRAD_ACC_FUSION_BY_DEFAULT)):
+    if not _on(
+        keys.get("model.gradient_accumulation_fusion", m.family not in _NO_GRAD_ACC_FUSION_BY_DEFAULT)
+    ):
         yield finding(
             "BRIDGE_DELAY_WGRAD_GRAPHS_GRAD_ACC_FUSION",
             "comm_overlap.delay_wgrad_compute with the attn (or shared-expert moe_router) CUDA-graph module and "

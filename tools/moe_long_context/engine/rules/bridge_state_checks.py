@@ -163,16 +163,16 @@ def _distopt_instances(v: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
 def _rank_order(v: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
     """parallel_state.py:898-902 (order tp-cp-ep-pp-dp with use_tp_pp_dp_mapping) and :1041-1045."""
     lay = ctx.layout
-    if v["use_tp_pp_dp_mapping"] and lay.pp > 1 and lay.dp is not None and lay.edp is not None:
-        if lay.edp != lay.dp:
-            yield finding(
-                "TP_PP_DP_MAPPING_EXPERT_DP",
-                f"use_tp_pp_dp_mapping with PP={lay.pp}: the rank order no longer ends in pp, and "
-                f"initialize_model_parallel then asserts the attention and MoE layers share one DP size "
-                f"(DP={lay.dp}, expert DP={lay.edp}).",
-                "Drop use_tp_pp_dp_mapping, or choose EP x ETP = TP x CP so both DP sizes agree.",
-                ["use_tp_pp_dp_mapping", "ep", "etp"],
-            )
+    mapped = v["use_tp_pp_dp_mapping"] and lay.pp > 1
+    if mapped and lay.dp is not None and lay.edp is not None and lay.edp != lay.dp:
+        yield finding(
+            "TP_PP_DP_MAPPING_EXPERT_DP",
+            f"use_tp_pp_dp_mapping with PP={lay.pp}: the rank order no longer ends in pp, and "
+            f"initialize_model_parallel then asserts the attention and MoE layers share one DP size "
+            f"(DP={lay.dp}, expert DP={lay.edp}).",
+            "Drop use_tp_pp_dp_mapping, or choose EP x ETP = TP x CP so both DP sizes agree.",
+            ["use_tp_pp_dp_mapping", "ep", "etp"],
+        )
     if v["hybrid_context_parallel"] and lay.dp is not None and (lay.dp * lay.cp) % 2:
         yield finding(
             "HYBRID_CP_ODD_RANKS",
@@ -345,7 +345,9 @@ def delay_wgrad_attn_graph_bias(ctx: Context) -> Iterator[Finding]:
 # --------------------------------------------------------------------------- entry points
 
 
-def megatron_launch_checks(values: Mapping[str, list[str]], env: Mapping[str, str], ctx: Context) -> list[Finding]:
+def megatron_launch_checks(
+    values: Mapping[str, list[str]], env: Mapping[str, str], ctx: Context
+) -> list[Finding]:
     """The checks above on a Megatron-LM launch (flags and the exported environment)."""
     view = _lm_view(values, env)
     out = list(_mcore_checks(view, ctx))
@@ -353,13 +355,15 @@ def megatron_launch_checks(values: Mapping[str, list[str]], env: Mapping[str, st
     impl = (values.get("--transformer-impl") or ["transformer_engine"])[0]
     m = ctx.model
     if (m.has_dsa or m.has_linear_attention) and impl != "transformer_engine":
-        out.append(finding(  # models/gpt/experimental_attention_variant_module_specs.py:439-445
-            "EXPERIMENTAL_ATTENTION_NEEDS_TE",
-            f"--transformer-impl {impl} on {m.name}: the experimental-attention (DSA / Gated DeltaNet) layer spec "
-            "asserts transformer_engine.",
-            "Drop --transformer-impl (its default is transformer_engine).",
-            ["--transformer-impl"],
-        ))
+        out.append(
+            finding(  # models/gpt/experimental_attention_variant_module_specs.py:439-445
+                "EXPERIMENTAL_ATTENTION_NEEDS_TE",
+                f"--transformer-impl {impl} on {m.name}: the experimental-attention (DSA / Gated DeltaNet) layer spec "
+                "asserts transformer_engine.",
+                "Drop --transformer-impl (its default is transformer_engine).",
+                ["--transformer-impl"],
+            )
+        )
     return out
 
 
