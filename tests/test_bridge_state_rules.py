@@ -298,9 +298,15 @@ def test_fine_grained_offloading_needs_transformer_engine():
 def test_gpt_provider_graphs_need_the_te_rng_tracker():
     """Bridge models/gpt_provider.py:233-234: ``if self.cuda_graph_impl != "none": assert use_te_rng_tracker``
     (config.py:1276-1277 copies rng.te_rng_tracker onto the model). A warning: providers with their own provide
-    (Qwen3-VL's, qwen_vl/qwen3_vl_provider.py:142, :309) never assert it, and a launch does not say its provider."""
+    (Qwen3-VL's, qwen_vl/qwen3_vl_provider.py:142, :309) never assert it, and a launch does not say its provider;
+    judged when the launch turns the tracker off."""
     graphs = [*BRIDGE, "model.cuda_graph_impl=transformer_engine", "model.cuda_graph_modules=[attn]"]
-    assert fires(graphs, "BRIDGE_GRAPHS_TE_RNG_TRACKER", "warning")
+    assert fires([*graphs, "model.use_te_rng_tracker=false"], "BRIDGE_GRAPHS_TE_RNG_TRACKER", "warning")
+    assert silent(
+        [*graphs, "model.use_te_rng_tracker=false", "rng.te_rng_tracker=true"], "BRIDGE_GRAPHS_TE_RNG_TRACKER"
+    )
+    # left out: the recipe's value (the recipes that capture graphs turn it on; GRAPH_RNG_TRACKER reminds)
+    assert silent(graphs, "BRIDGE_GRAPHS_TE_RNG_TRACKER")
     assert silent([*graphs, "model.use_te_rng_tracker=true"], "BRIDGE_GRAPHS_TE_RNG_TRACKER")
     assert silent([*graphs, "rng.te_rng_tracker=true"], "BRIDGE_GRAPHS_TE_RNG_TRACKER")
     assert silent(BRIDGE, "BRIDGE_GRAPHS_TE_RNG_TRACKER")

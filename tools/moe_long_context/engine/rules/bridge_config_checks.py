@@ -277,11 +277,13 @@ def _providers(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
     """gpt_provider.py:232-237 (GPTModelProvider.provide); hybrid_provider.py:176-185 (finalize), with MCore
     models/hybrid/hybrid_model.py:156-167."""
     m, c = ctx.model, ctx.cfg
-    tracker = _on(keys.get("model.use_te_rng_tracker", False)) or _on(keys.get("rng.te_rng_tracker", False))
-    if not m.is_hybrid and c.cuda_graph_impl != "none" and not tracker:
+    # Only a tracker the list turns off: the recipes that capture graphs turn it on (GRAPH_RNG_TRACKER reminds).
+    off = "model.use_te_rng_tracker" in keys and not _on(keys["model.use_te_rng_tracker"])
+    tracker = _on(keys.get("rng.te_rng_tracker", False))
+    if not m.is_hybrid and c.cuda_graph_impl != "none" and off and not tracker:
         yield finding(
             "BRIDGE_GRAPHS_TE_RNG_TRACKER",
-            f"cuda_graph_impl={c.cuda_graph_impl} without the TE RNG tracker: Bridge's GPT provider asserts "
+            f"cuda_graph_impl={c.cuda_graph_impl} with model.use_te_rng_tracker off: Bridge's GPT provider asserts "
             "model.use_te_rng_tracker (or rng.te_rng_tracker) when it builds a model with CUDA graphs (providers "
             "that build their own model, such as the Qwen3-VL ones, do not).",
             "Set model.use_te_rng_tracker=true.",
