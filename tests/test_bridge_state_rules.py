@@ -345,3 +345,12 @@ def test_the_bias_check_runs_on_a_request_too():
     assert "BRIDGE_DELAY_WGRAD_ATTN_GRAPH_BIAS" in {f.code for f in run(build_context(cfg))}
     cfg = cfg.model_copy(update={"cuda_graph_modules": ["moe_router"]})
     assert "BRIDGE_DELAY_WGRAD_ATTN_GRAPH_BIAS" not in {f.code for f in run(build_context(cfg))}
+
+
+def test_judged_keys_say_so_under_not_checked():
+    """A key these rules read stays under not_checked (its memory and step-time effect is not modelled), saying that
+    its validity is judged; a key no rule reads says that."""
+    r = _lint([*BRIDGE, "dist.use_sharp=true", "train.manual_gc_eval=100"])
+    notes = {k: n.requires for n in r.not_checked for k in n.keys}
+    assert "validity is judged" in notes["dist.use_sharp"]
+    assert notes["train.manual_gc_eval"] == "not read by the engine: no rule uses it"

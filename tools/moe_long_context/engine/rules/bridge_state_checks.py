@@ -22,7 +22,9 @@ from .table import check, finding
 
 _TRUE = (True, "true", "True", "1", 1)
 
-# The keys (Bridge) these checks read, for lint's not_checked (they are judged, not merely accepted).
+# The keys and flags these checks read that no engine field carries: lint still lists them under not_checked (their
+# effect on memory and step time is not modelled), saying that their validity is judged.
+JUDGED_NOTE = "its validity is judged (lint_config, rules_bridge_state.yaml), its effect on memory and step time is not modelled"
 BRIDGE_KEYS = frozenset({
     "model.deterministic_mode", "env_vars.NCCL_ALGO", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS",
     "ddp.fsdp_manual_registration", "ddp.nccl_ub", "ddp.data_parallel_sharding_strategy",
@@ -36,7 +38,16 @@ BRIDGE_KEYS = frozenset({
     "dist.sharp_enabled_group", "ddp.num_distributed_optimizer_instances",
     "model.pipeline_model_parallel_comm_backend", "model.moe_ncclep_static_shape", "model.moe_ncclep_zero_copy",
     "model.use_transformer_engine_op_fuser", "env_vars.NVTE_CUTEDSL_FUSED_GROUPED_MLP",
+    "dist.eval_context_parallel_size", "dataset.enable_offline_packing",
+    "optimizer.use_precision_aware_optimizer", "comm_overlap.delay_wgrad_compute",
 })  # fmt: skip
+LM_FLAGS = frozenset({
+    "--use-sharp", "--sharp-enabled-group", "--num-distributed-optimizer-instances", "--use-tp-pp-dp-mapping",
+    "--hybrid-context-parallel", "--pipeline-model-parallel-comm-backend", "--moe-ncclep-static-shape",
+    "--moe-ncclep-zero-copy", "--use-transformer-engine-op-fuser", "--transformer-impl",
+    "--tensor-parallel-num-weight-shards", "--expert-tensor-parallel-num-weight-shards",
+})  # fmt: skip
+JUDGED_KEYS = BRIDGE_KEYS | LM_FLAGS
 
 
 def _on(value: Any) -> bool:
