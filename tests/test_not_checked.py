@@ -29,23 +29,7 @@ BRIDGE = ["model.expert_model_parallel_size=8", "train.global_batch_size=64"]
 REACHES = [
     ("MCore transformer/transformer_config.py:1758", "qwen3-30b-a3b", f"{LM} --distribute-saved-activations"),
     ("MCore model_parallel_config.py:546", "qwen3-30b-a3b", [*BRIDGE, "model.defer_embedding_wgrad_compute=true"]),
-    ("MCore models/gpt/experimental_attention_variant_module_specs.py:442", "glm-5", f"{LM} --transformer-impl local"),
-    ("MCore models/gpt/gpt_layer_specs.py:509", "qwen3-30b-a3b", f"{LM} --use-transformer-engine-op-fuser"),
-    ("MCore models/hybrid/hybrid_layer_allocation.py:460", "nemotron-3-nano",
-     ["model.hybrid_layer_pattern=M-M-M*-|M-M-M*-", "train.global_batch_size=64"]),
-    ("MCore models/hybrid/hybrid_model.py:164", "nemotron-3-nano", f"{LM} --hybrid-override-pattern M-M-"),
-    ("MCore parallel_state.py:783", "qwen3-30b-a3b", f"{LM} --use-sharp"),
-    ("MCore transformer/moe/token_dispatcher.py:1530", "qwen3-30b-a3b", [*BRIDGE, "model.moe_ncclep_zero_copy=true"]),
-    ("MCore transformer/experimental_attention_variant/dsa.py:1154", "glm-5", [*BRIDGE, "model.rope_type=llama"]),
-    ("MCore transformer/experimental_attention_variant/absorbed_mla.py:213", "glm-5", [*BRIDGE, "model.rope_type=llama"]),
-    ("MCore transformer/multi_latent_attention.py:202", "deepseek-v3", [*BRIDGE, "model.rope_type=llama"]),
-    ("Bridge training/config.py:1343", "qwen3-30b-a3b", [*BRIDGE, "dist.use_megatron_fsdp=true", "dist.use_torch_fsdp2=true"]),
-    ("Bridge models/gpt_provider.py:234", "qwen3-30b-a3b",
-     [*BRIDGE, "model.cuda_graph_impl=transformer_engine", "model.use_te_rng_tracker=false"]),
-    ("Bridge models/hybrid/hybrid_provider.py:177", "nemotron-3-nano", ["model.mamba_chunk_size=0"]),
-    ("Bridge training/comm_overlap.py:555", "qwen3-30b-a3b", [*BRIDGE, "comm_overlap.delay_wgrad_compute=true"]),
-    ("TE v2.14 attention/dot_product_attention/context_parallel.py:4053", "qwen3-30b-a3b",
-     f"{LM} --attention-backend flash"),
+    ("Bridge training/config.py:1452", "qwen3-30b-a3b", [*BRIDGE, "model.calculate_per_token_loss=false"]),
 ]  # fmt: skip
 
 
@@ -70,10 +54,15 @@ def test_lint_lists_the_check_a_launch_reaches(source, model, launch):
 
 
 def test_a_value_that_makes_the_guard_false_does_not_reach_it():
-    """--attention-backend fused (or auto) keeps TE's fused backend, which the sbhd CP check needs."""
-    source = "TE v2.14 attention/dot_product_attention/context_parallel.py:4053"
+    """TransformerConfig refuses fp16 with bf16 (guard: both on): model.fp16=true reaches it, and with
+    model.bf16=false the guard is false."""
+    source = "MCore transformer/transformer_config.py:1315"
+    reached = _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true"]).not_checked
+    assert [n for n in reached if n.source == source]
     assert not [
-        n for n in _lint("qwen3-30b-a3b", f"{LM} --attention-backend fused").not_checked if n.source == source
+        n
+        for n in _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true", "model.bf16=false"]).not_checked
+        if n.source == source
     ]
 
 
@@ -120,7 +109,7 @@ def test_the_layout_tools_list_what_the_settings_reach(tool, request_model, extr
     entry = next(n for n in packed.not_checked if n.source == PACKED_CP)
     assert entry.keys == ["packed_sequences"] and "calculate_per_token_loss" in entry.requires
     wgrad = tool(request_model(**req, ep_overlap=True, delay_wgrad_compute=True, vpp=2))
-    assert DELAY_WGRAD_BIAS in {n.source for n in wgrad.not_checked}
+    assert DELAY_WGRAD_BIAS not in {n.source for n in wgrad.not_checked}  # modelled (BRIDGE_DELAY_WGRAD_*)
 
 
 def test_check_dp_budget_and_plan_layout_say_what_they_checked():

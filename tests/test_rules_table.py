@@ -49,6 +49,7 @@ def test_codes_used_in_checks_exist_and_every_rule_is_checked():
         "CUDA_DEVICE_MAX_CONNECTIONS",
         "CUDA_GRAPHS_USE_NODE_PRIORITY",
         "LM_ONLY_FLAGS",
+        "NVTE_CUTEDSL_FUSED_GROUPED_MLP",
     }
     assert not unknown, unknown
     unchecked = table - used

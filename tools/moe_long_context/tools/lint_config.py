@@ -35,6 +35,7 @@ from ..engine.config import MAX_GPUS, TrainingConfig, _Args
 from ..engine.context import Context
 from ..engine.findings import Checked, Finding, NotChecked, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
+from ..engine.rules.bridge_state_checks import bridge_launch_checks, megatron_launch_checks
 from ..engine.rules.lm_args_features import gtp_node_priority, lm_launch_repairs
 from ..engine.rules.upstream import checked
 from ..errors import InputError, check_nesting, describe_validation_error
@@ -316,13 +317,13 @@ def _analyse(
         sm = gpu.compute_capability[0] if gpu else None
         launch = [*virtual_stages(values, model.num_layers), *max_connections(values, parsed.env, sm),
                   *(Conflict(f) for f in gtp_node_priority(values, parsed.env, sm, megatron_flags()))]  # fmt: skip
-        found += [c.finding for c in launch]
+        found += [c.finding for c in launch] + megatron_launch_checks(values, parsed.env, ctx)
         repairs = [Conflict(f, r) for f, r in lm_launch_repairs(values, parsed.env, megatron_flags())]
         conflicts = megatron_conflicts(values, pretrain) + launch + repairs
     else:
         keys = parsed if dialect == "bridge" else flatten_config(parsed)
         key_findings, renames = bridge_key_findings(keys)
-        found += key_findings
+        found += key_findings + bridge_launch_checks(keys, ctx)
         conflicts = bridge_conflicts(keys)
     codes = {name: c.finding.code for c in conflicts for name in c.repair}
     renames.update({name: new for c in conflicts for name, new in c.repair.items()})

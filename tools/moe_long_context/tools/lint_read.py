@@ -24,6 +24,7 @@ from ..dialects.tables import (
 from ..engine.context import Context
 from ..engine.findings import Finding, NotChecked
 from ..engine.rules import finding
+from ..engine.rules.bridge_state_checks import JUDGED_KEYS, JUDGED_NOTE
 from ..engine.rules.upstream import model_keys, not_checked_written
 from ..errors import InputError
 from ..model.specs import ModelSpec
@@ -215,7 +216,6 @@ def lint_not_checked(u: Understood, parsed: Any, dialect: str, model: ModelSpec)
         head, _, note = text.partition(" (")
         if head.split(" ")[0] in named:
             continue
-        out.append(
-            NotChecked(keys=[head], requires=note.rstrip(")") or "not read by the engine: no rule uses it")
-        )
+        default = JUDGED_NOTE if head in JUDGED_KEYS else "not read by the engine: no rule uses it"
+        out.append(NotChecked(keys=[head], requires=note.rstrip(")") or default))
     return out

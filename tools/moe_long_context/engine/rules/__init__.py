@@ -42,6 +42,7 @@ def run_tool(ctx: Context, families: Iterable[str]) -> list[Finding]:
 def _load_checks() -> None:
     from . import (  # noqa: F401
         batch,
+        bridge_state_checks,
         cp,
         dsa,
         fsdp,
