@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 MAX_GPUS = 65536
 MAX_SEQ_LEN = 16 * 1024 * 1024
@@ -372,7 +373,120 @@ class MemoryArgs(_Args):
     )
 
 
+# ---------------------------------------------------------------- w3-b: TransformerConfig / ModelParallelConfig knobs
+# Settings that only Megatron Core's TransformerConfig.__post_init__ and ModelParallelConfig.__post_init__ read
+# (their checks are in engine/rules/mcore_config_checks.py). Each default is Megatron Core 0.19.2's dataclass
+# default, which Megatron-LM's flag defaults equal; lint reads them from the flags and model.* overrides, and the
+# MCP tools/list leaves them out (SkipJsonSchema): the request models accept them, their wire schemas do not show them.
+class TransformerConfigArgs(_Args):
+    overlap_dispatch_backward_with_experts_wgrad: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Overlap the dispatch backward with the experts' wgrad "
+        "(--overlap-dispatch-backward-with-experts-wgrad); excludes ep_overlap and delay_wgrad_compute.",
+    )
+    ep_overlap_early_attn_memory_release: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Release attention memory early under EP overlap (--ep-overlap-early-attn-memory-release); "
+        "needs ep_overlap.",
+    )
+    moe_expert_rank_capacity_factor: SkipJsonSchema[float | None] = Field(
+        allow_inf_nan=False,
+        default=None,
+        description="Per-EP-rank token capacity (--moe-expert-rank-capacity-factor); needs the hybridep or ncclep "
+        "flex backend.",
+    )
+    use_transformer_engine_op_fuser: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Transformer Engine's op fuser for the MLP (--use-transformer-engine-op-fuser).",
+    )
+    moe_paged_stash: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Paged stashing of expert activations (--moe-paged-stash); needs "
+        "moe_expert_rank_capacity_factor.",
+    )
+    moe_single_grouped_weight: SkipJsonSchema[bool] = Field(
+        default=False, description="One grouped weight for all local experts (--moe-single-grouped-weight)."
+    )
+    moe_single_grouped_bias: SkipJsonSchema[bool] = Field(
+        default=False, description="One grouped bias for all local experts (--moe-single-grouped-bias)."
+    )
+    cpu_offloading: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Legacy layer-wise CPU activation offloading (Bridge model.cpu_offloading; Megatron-LM has "
+        "no flag for it).",
+    )
+    cpu_offloading_num_layers: SkipJsonSchema[int] = Field(
+        default=0, description="Layers the legacy cpu_offloading offloads (--cpu-offloading-num-layers)."
+    )
+    min_offloaded_tensor_size: SkipJsonSchema[int] = Field(
+        default=1024 * 1024,
+        description="Smallest tensor fine-grained activation offloading moves, in elements "
+        "(--min-offloaded-tensor-size).",
+    )
+    activation_offload_fraction: SkipJsonSchema[float] = Field(
+        allow_inf_nan=False,
+        default=1.0,
+        description="Share of the offloadable activations fine-grained offloading moves "
+        "(--activation-offload-fraction), in [0, 1].",
+    )
+    delta_offload_bytes_across_pp_ranks: SkipJsonSchema[int] = Field(
+        default=0,
+        description="Offload bytes shifted between pipeline ranks (--delta-offload-bytes-across-pp-ranks).",
+    )
+    cuda_graph_warmup_steps: SkipJsonSchema[int] = Field(
+        default=3, description="Eager steps before CUDA graphs are captured (--cuda-graph-warmup-steps)."
+    )
+    fine_grained_offloading_max_inflight_offloads: SkipJsonSchema[int | None] = Field(
+        default=None,
+        description="Offloads in flight at once (--fine-grained-offloading-max-inflight-offloads); full_iteration "
+        "graphs with fine-grained offloading need it set.",
+    )
+    first_last_layers_bf16: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Keep the first and last layers in BF16 under FP8 (--first-last-layers-bf16).",
+    )
+    num_layers_at_start_in_bf16: SkipJsonSchema[int] = Field(
+        default=1,
+        description="BF16 layers at the start with first_last_layers_bf16 (--num-layers-at-start-in-bf16).",
+    )
+    num_layers_at_end_in_bf16: SkipJsonSchema[int] = Field(
+        default=1,
+        description="BF16 layers at the end with first_last_layers_bf16 (--num-layers-at-end-in-bf16).",
+    )
+    distribute_saved_activations: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Distribute the recomputed layers' saved activations over TP (--distribute-saved-activations).",
+    )
+    rotary_interleaved: SkipJsonSchema[bool] = Field(
+        default=False, description="Interleaved RoPE (--rotary-interleaved)."
+    )
+    defer_embedding_wgrad_compute: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Defer the output-layer weight-gradient GEMMs to the pipeline flush "
+        "(--defer-embedding-wgrad-compute).",
+    )
+    wgrad_deferral_limit: SkipJsonSchema[int] = Field(
+        default=0, description="Microbatches whose embedding wgrad is deferred (--wgrad-deferral-limit)."
+    )
+    tensor_parallel_num_weight_shards: SkipJsonSchema[int | None] = Field(
+        default=None,
+        description="Weight shards over the TP and GTP axes (--tensor-parallel-num-weight-shards); unset: TP.",
+    )
+    batch_invariant_mode: SkipJsonSchema[bool] = Field(
+        default=False, description="Batch-invariant kernels (--batch-invariant-mode)."
+    )
+    flash_attention_version: SkipJsonSchema[Literal[2, 3, 4] | None] = Field(
+        default=None, description="FlashAttention version to use: 2, 3 or 4 (--flash-attention-version)."
+    )
+
+    @field_validator("flash_attention_version", mode="before")
+    @classmethod
+    def _version_number(cls, v: Any) -> Any:
+        return int(v) if isinstance(v, str) and v.strip().isdigit() else v
+
+
 class TrainingConfig(  # bases in reverse: pydantic lists the fields of the last base first
+    TransformerConfigArgs,
     LauncherArgs,
     MemoryArgs,
     OptimizerArgs,

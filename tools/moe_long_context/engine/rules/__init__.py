@@ -50,6 +50,7 @@ def _load_checks() -> None:
         launcher,
         layout,
         mamba,
+        mcore_config_checks,
         moe,
         optimizer,
         pipeline,
