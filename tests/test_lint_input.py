@@ -215,7 +215,10 @@ FIELD_VALUES = {
     "distribute_saved_activations": [True, False], "rotary_interleaved": [True, False],
     "defer_embedding_wgrad_compute": [True, False], "wgrad_deferral_limit": [0, 2],
     "tensor_parallel_num_weight_shards": [None, 8], "batch_invariant_mode": [True, False],
-    "flash_attention_version": [None, 3],
+    "flash_attention_version": [None, 3], "apply_rope_fusion": [True, False],
+    "moe_router_enable_expert_bias": [True, False], "moe_router_score_function": ["softmax", "sigmoid"],
+    "fused_residual_rmsnorm": [True, False], "fused_single_qkv_rope": [True, False], "use_mup": [True, False],
+    "mup_base_hidden_size": [None, 1024],
 }  # fmt: skip
 
 

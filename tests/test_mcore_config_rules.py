@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 from moe_long_context.engine.config import TrainingConfig
-from moe_long_context.engine.context import build_context
+from moe_long_context.engine.context import Context, build_context
 from moe_long_context.engine.findings import Severity
 from moe_long_context.engine.rules import run
+from moe_long_context.engine.rules.mcore_config_checks import kernels_and_mup
 from moe_long_context.errors import InputError
 from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 
@@ -264,3 +265,60 @@ def test_weight_shards_are_a_multiple_of_tp():
     assert code not in errors(tp=4, tensor_parallel_num_weight_shards=8, num_gpus=32)
     assert bridge(["model.tensor_model_parallel_size=2", "model.tensor_parallel_num_weight_shards=3"],
                   num_gpus=16)[code] is Severity.error  # fmt: skip
+
+
+def test_dsa_refuses_rope_fusion_which_megatron_lm_turns_on():
+    """MCore transformer/transformer_config.py:2837-2838: ``if self.experimental_attention_variant == "dsa": assert
+    not self.apply_rope_fusion``. Megatron-LM's --no-rope-fusion defaults apply_rope_fusion to True (the fields of
+    TransformerConfig are copied from args, LM argument_utils.py:297-301); a Bridge recipe sets its own."""
+    code = "DSA_ROPE_FUSION"
+    dsa = dict(model="glm-5", num_gpus=64)
+    assert errors(**dsa, launcher="megatron-lm", apply_rope_fusion=True) >= {code}
+    assert code not in errors(**dsa, launcher="megatron-lm", apply_rope_fusion=False)
+    assert code not in errors(**dsa)  # Bridge, unset: the recipe's own value
+    assert bridge(["model.apply_rope_fusion=true"], model="glm-5", num_gpus=64)[code] is Severity.error
+    assert code not in bridge(["model.apply_rope_fusion=false"], model="glm-5", num_gpus=64)
+    assert code not in bridge(["model.apply_rope_fusion=true"])  # not DSA
+
+
+def test_dsa_launch_translated_to_megatron_lm_writes_no_rope_fusion():
+    """The Megatron-LM translation of a Bridge DSA launch carries --no-rope-fusion, so it passes the same check."""
+    r = lint_config(LintConfigRequest(bridge_overrides=[*BRIDGE, "model.apply_rope_fusion=false"], model="glm-5",
+                                      num_gpus=64))  # fmt: skip
+    assert "--no-rope-fusion" in r.corrected_other_dialect
+    assert "DSA_ROPE_FUSION" not in {f.code for f in r.findings}
+
+
+def test_expert_bias_needs_a_sigmoid_score():
+    """MCore transformer/transformer_config.py:2284-2292: ``moe_router_enable_expert_bias and
+    moe_router_score_function not in ("sigmoid", "sqrtsoftplus")`` raises. Megatron-LM's score default is softmax;
+    Bridge's is the model's (DeepSeek-V3: sigmoid, Qwen3: softmax)."""
+    code = "MOE_EXPERT_BIAS_SCORE"
+    assert lm("--moe-router-enable-expert-bias")[code] is Severity.error
+    assert code not in lm("--moe-router-enable-expert-bias --moe-router-score-function sigmoid")
+    assert bridge(["model.moe_router_enable_expert_bias=true"])[code] is Severity.error  # Qwen3: softmax
+    assert code not in bridge(["model.moe_router_enable_expert_bias=true"], model="deepseek-v3", num_gpus=64)
+    assert bridge(["model.moe_router_enable_expert_bias=true", "model.moe_router_score_function=softmax"],
+                  model="deepseek-v3", num_gpus=64)[code] is Severity.error  # fmt: skip
+    assert code not in bridge(["model.moe_router_score_function=softmax"], model="deepseek-v3", num_gpus=64)
+
+
+def test_fused_kernels_and_mup():
+    """MCore transformer/transformer_config.py:2147-2151 (``fused_residual_rmsnorm`` needs ``normalization ==
+    "RMSNorm"``), :2189-2191 (``fused_single_qkv_rope`` with ``attention_output_gate`` raises), :2196-2201
+    (``use_mup``: ``mup_base_hidden_size`` defaults to the hidden size and must be > 0)."""
+    fused = "FUSED_KERNEL_NEEDS"
+    assert fused not in lm("--fused-residual-rmsnorm")  # Qwen3 uses RMSNorm
+    # every catalog model uses RMSNorm: a LayerNorm variant of one shows the other side
+    ctx = build_context(TrainingConfig(model="qwen3-30b-a3b", num_gpus=8, ep=8, fused_residual_rmsnorm=True))
+    layer_norm = Context(ctx.cfg, ctx.model.model_copy(update={"normalization": "LayerNorm"}), None)
+    assert fused in {f.code for f in kernels_and_mup(layer_norm)}
+    assert fused not in {f.code for f in kernels_and_mup(ctx)}
+    gated = "qwen3.5-397b-a17b"  # attention output gate
+    assert bridge(["model.fused_single_qkv_rope=true"], model=gated, num_gpus=64)[fused] is Severity.error
+    assert fused not in bridge(["model.fused_single_qkv_rope=true"])  # no output gate
+    mup = "MUP_BASE_HIDDEN_SIZE"
+    assert lm("--use-mup --mup-base-hidden-size 0")[mup] is Severity.error
+    assert mup not in lm("--use-mup")
+    assert mup not in lm("--use-mup --mup-base-hidden-size 256")
+    assert bridge(["model.use_mup=true", "model.mup_base_hidden_size=-1"])[mup] is Severity.error

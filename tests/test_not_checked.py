@@ -28,7 +28,7 @@ BRIDGE = ["model.expert_model_parallel_size=8", "train.global_batch_size=64"]
 # not-modelled check
 REACHES = [
     ("LM arguments.py:1000", "qwen3-30b-a3b", f"{LM} --use-torch-fsdp2"),
-    ("MCore transformer/transformer_config.py:2288", "qwen3-30b-a3b", f"{LM} --moe-router-enable-expert-bias"),
+    ("MCore transformer/transformer_config.py:2155", "qwen3-30b-a3b", f"{LM} --use-te-activation-func"),
     ("MCore model_parallel_config.py:551", "qwen3-30b-a3b", [*BRIDGE, "model.defer_embedding_wgrad_compute=true"]),
     ("MCore models/gpt/experimental_attention_variant_module_specs.py:442", "glm-5", f"{LM} --transformer-impl local"),
     ("MCore models/gpt/gpt_layer_specs.py:509", "qwen3-30b-a3b", f"{LM} --use-transformer-engine-op-fuser"),

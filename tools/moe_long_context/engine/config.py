@@ -479,6 +479,32 @@ class TransformerConfigArgs(_Args):
         default=None, description="FlashAttention version to use: 2, 3 or 4 (--flash-attention-version)."
     )
 
+    apply_rope_fusion: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Fused RoPE kernels (Megatron-LM's default on, --no-rope-fusion turns it off; Bridge "
+        "model.apply_rope_fusion). Unset: the Bridge recipe's own.",
+    )
+    moe_router_enable_expert_bias: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Aux-loss-free expert bias (--moe-router-enable-expert-bias). Unset: the Bridge recipe's own.",
+    )
+    moe_router_score_function: SkipJsonSchema[Literal["softmax", "sigmoid", "sqrtsoftplus"] | None] = Field(
+        default=None,
+        description="Router score function (--moe-router-score-function; Megatron-LM's default softmax). Unset: "
+        "the model's own.",
+    )
+    fused_residual_rmsnorm: SkipJsonSchema[bool] = Field(
+        default=False, description="Fused residual add + RMSNorm (--fused-residual-rmsnorm)."
+    )
+    fused_single_qkv_rope: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Fused QKV + RoPE kernel (Bridge model.fused_single_qkv_rope; Megatron-LM has no flag).",
+    )
+    use_mup: SkipJsonSchema[bool] = Field(default=False, description="muP parameterization (--use-mup).")
+    mup_base_hidden_size: SkipJsonSchema[int | None] = Field(
+        default=None, description="muP base width (--mup-base-hidden-size); unset: the hidden size."
+    )
+
     @field_validator("flash_attention_version", mode="before")
     @classmethod
     def _version_number(cls, v: Any) -> Any:

@@ -357,3 +357,64 @@ def weight_shards(ctx: Context) -> Iterator[Finding]:
             f"Use a multiple of {c.tp} (e.g. {c.tp * max(1, shards // c.tp)}), or leave it unset.",
             ["tensor_parallel_num_weight_shards", "tp"],
         )
+
+
+@check("launch")
+def kernels_and_mup(ctx: Context) -> Iterator[Finding]:
+    """transformer_config.py:2837-2838 (DSA: no RoPE fusion), :2147-2151 (fused residual RMSNorm needs RMSNorm),
+    :2189-2191 (fused single QKV RoPE: no output gate), :2196-2201 (muP base width > 0, unset: the hidden size).
+    apply_rope_fusion unset is a Bridge recipe's own value, not judged; Megatron-LM's is on."""
+    c, m = ctx.cfg, ctx.model
+    if m.has_dsa and c.apply_rope_fusion:
+        fix = "Add --no-rope-fusion." if c.launcher == "megatron-lm" else "Set model.apply_rope_fusion=false."
+        yield finding(
+            "DSA_ROPE_FUSION",
+            f"{m.name} uses DSA (DeepSeek sparse attention) with RoPE fusion on"
+            + (" (Megatron-LM's default)" if c.launcher == "megatron-lm" else "")
+            + ": Megatron Core asserts DSAttention runs without apply_rope_fusion.",
+            fix,
+            ["apply_rope_fusion"],
+        )
+    if c.fused_residual_rmsnorm and m.normalization != "RMSNorm":
+        yield finding(
+            "FUSED_KERNEL_NEEDS",
+            f"fused_residual_rmsnorm on {m.name}, which uses {m.normalization}: Megatron Core fuses the residual "
+            "only into RMSNorm.",
+            "Drop fused_residual_rmsnorm.",
+            ["fused_residual_rmsnorm"],
+        )
+    if c.fused_single_qkv_rope and m.attention_output_gate:
+        yield finding(
+            "FUSED_KERNEL_NEEDS",
+            f"fused_single_qkv_rope on {m.name}, whose attention has an output gate: Megatron Core does not support "
+            "gated attention in the fused QKV + RoPE kernel.",
+            "Drop fused_single_qkv_rope.",
+            ["fused_single_qkv_rope"],
+        )
+    if c.use_mup and c.mup_base_hidden_size is not None and c.mup_base_hidden_size <= 0:
+        yield finding(
+            "MUP_BASE_HIDDEN_SIZE",
+            f"use_mup with mup_base_hidden_size={c.mup_base_hidden_size}: Megatron Core asserts a positive base width.",
+            f"Set mup_base_hidden_size > 0 (unset: the hidden size, {m.hidden_size}).",
+            ["use_mup", "mup_base_hidden_size"],
+        )
+
+
+@check("moe")
+def expert_bias_score(ctx: Context) -> Iterator[Finding]:
+    """transformer_config.py:2284-2292: ``moe_router_enable_expert_bias`` needs ``moe_router_score_function`` in
+    (sigmoid, sqrtsoftplus). The score function unset is the model's own (Bridge); Megatron-LM's default is
+    softmax. The expert bias unset is a Bridge recipe's own value, not judged."""
+    c, m = ctx.cfg, ctx.model
+    if not c.moe_router_enable_expert_bias:
+        return
+    score = c.moe_router_score_function or m.moe_router_score_function
+    if score not in ("sigmoid", "sqrtsoftplus"):
+        yield finding(
+            "MOE_EXPERT_BIAS_SCORE",
+            f"moe_router_enable_expert_bias with the {score} router score function: Megatron Core's aux-loss-free "
+            "expert bias works only with sigmoid or sqrtsoftplus scores.",
+            "Set the router score function to sigmoid (--moe-router-score-function sigmoid), or turn the expert "
+            "bias off.",
+            ["moe_router_enable_expert_bias", "moe_router_score_function"],
+        )
