@@ -219,6 +219,7 @@ FIELD_VALUES = {
     "moe_router_enable_expert_bias": [True, False], "moe_router_score_function": ["softmax", "sigmoid"],
     "fused_residual_rmsnorm": [True, False], "fused_single_qkv_rope": [True, False], "use_mup": [True, False],
     "mup_base_hidden_size": [None, 1024],
+    "fp8_output_proj": [True, False], "fp4_param": [True, False], "gradient_accumulation_fusion": [True, False],
 }  # fmt: skip
 
 

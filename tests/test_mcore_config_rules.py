@@ -322,3 +322,46 @@ def test_fused_kernels_and_mup():
     assert mup not in lm("--use-mup")
     assert mup not in lm("--use-mup --mup-base-hidden-size 256")
     assert bridge(["model.use_mup=true", "model.mup_base_hidden_size=-1"])[mup] is Severity.error
+
+
+def test_precision_options_of_bridge_keys():
+    """MCore transformer/transformer_config.py:1443-1448 (``fp8_output_proj`` needs ``fp8`` and ``fp8_recipe ==
+    mxfp8``) and :1451-1452 (``fp4_param`` needs ``fp4``). Megatron-LM's flags are judged as written
+    (PRECISION_OPTION_RECIPE; LM arguments.py:1068-1071 refuses --fp4-param-gather first)."""
+    code = "PRECISION_OPTION_NEEDS"
+    assert bridge(["model.fp8_output_proj=true"])[code] is Severity.error  # BF16
+    assert bridge(["model.fp8_output_proj=true", "mixed_precision=bf16_with_fp8_current_scaling_mixed"])[
+        code] is Severity.error  # fmt: skip
+    assert code not in bridge(["model.fp8_output_proj=true", "mixed_precision=bf16_with_mxfp8_mixed"])
+    assert bridge(["mixed_precision.fp4_param_gather=true"])[code] is Severity.error
+    assert code not in bridge(
+        ["mixed_precision.fp4_param_gather=true", "mixed_precision=bf16_with_nvfp4_mixed"]
+    )
+    lm_codes = lm("--fp8-output-proj")
+    assert lm_codes["PRECISION_OPTION_RECIPE"] is Severity.error and code not in lm_codes  # one finding
+    assert "PRECISION_OPTION_RECIPE" not in lm("--fp8-output-proj --fp8-format e4m3 --fp8-recipe mxfp8")
+
+
+def test_defer_embedding_wgrad_needs_gradient_accumulation_fusion():
+    """MCore model_parallel_config.py:550-553: ``defer_embedding_wgrad_compute and not
+    gradient_accumulation_fusion`` raises (Megatron-LM's default is on: --no-gradient-accumulation-fusion)."""
+    code = "PIPELINE_DEFER_EMBEDDING_WGRAD"
+    flags = "--defer-embedding-wgrad-compute --no-gradient-accumulation-fusion"
+    assert lm(flags, pp=2, num_gpus=16)[code] is Severity.error
+    keys = ["comm_overlap.defer_embedding_wgrad_compute=true", "model.pipeline_model_parallel_size=2"]
+    assert bridge([*keys, "model.gradient_accumulation_fusion=false"], num_gpus=16)[code] is Severity.error
+    assert code not in bridge([*keys, "model.gradient_accumulation_fusion=true"], num_gpus=16)
+
+
+def test_deprecated_moe_layer_recompute_refuses_full_recompute():
+    """MCore transformer/transformer_config.py:1835-1843: ``if self.moe_layer_recompute: ... if
+    self.recompute_granularity == "full": raise ValueError``."""
+    code = "RECOMPUTE_MOE_LAYER_FULL"
+    full = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    assert lm(f"{full} --moe-layer-recompute")[code] is Severity.error
+    assert lm(f"--moe-layer-recompute {full}")[code] is Severity.error  # whatever the order
+    assert code not in lm("--moe-layer-recompute")
+    assert (
+        bridge(["model.moe_layer_recompute=true", "model.recompute_granularity=full"])[code] is Severity.error
+    )
+    assert code not in bridge(["model.moe_layer_recompute=true", "model.recompute_granularity=selective"])

@@ -74,6 +74,17 @@ def _moe_layer_freq(text: str) -> int | None:
     return None
 
 
+def _moe_layer_with_full(name: str, full: str) -> Finding:
+    """MCore transformer_config.py:1835-1843: the deprecated MoE-layer recompute refuses full recompute."""
+    return finding(
+        "RECOMPUTE_MOE_LAYER_FULL",
+        f"{name} with {full}: Megatron Core refuses the deprecated MoE-layer recompute with full recompute.",
+        "Drop the deprecated switch (full recompute already recomputes the MoE layer), or use selective recompute "
+        "with moe in the recompute modules.",
+        [name, full.split("=")[0].split(" ")[0]],
+    )
+
+
 def _deprecated(name: str, new: str) -> Finding:
     return finding(
         "DEPRECATED_NAME",
@@ -338,6 +349,8 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
         return True
     if flag == "--moe-layer-recompute":
         u.notes.append(_deprecated(flag, "--recompute-granularity selective --recompute-modules moe"))
+        if (values.get("--recompute-granularity") or [None])[0] == "full":
+            u.notes.append(_moe_layer_with_full(flag, "--recompute-granularity full"))
         u.set("recompute_granularity", "selective", flag)
         mods = u.fields.get("recompute_modules") or [
             v for val in values.get("--recompute-modules", []) for v in val.replace(",", " ").split()
@@ -502,6 +515,8 @@ def _special_bridge(u: Understood, key: str, value: Any, keys: dict[str, Any]) -
         u.set("cross_entropy_fusion", ("te" if impl == "te" else "native") if fused else "none", key)
         return True
     if key == "model.moe_layer_recompute":
+        if value and keys.get("model.recompute_granularity") == "full":
+            u.notes.append(_moe_layer_with_full(key, "model.recompute_granularity=full"))
         if value:
             u.notes.append(
                 _deprecated(

@@ -505,6 +505,20 @@ class TransformerConfigArgs(_Args):
         default=None, description="muP base width (--mup-base-hidden-size); unset: the hidden size."
     )
 
+    fp8_output_proj: SkipJsonSchema[bool] = Field(
+        default=False, description="The attention output projection in FP8 (--fp8-output-proj); needs MXFP8."
+    )
+    fp4_param: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="FP4 primary weights (--fp4-param-gather; Bridge model.fp4_param, "
+        "mixed_precision.fp4_param_gather); needs NVFP4 training.",
+    )
+    gradient_accumulation_fusion: SkipJsonSchema[bool] = Field(
+        default=True,
+        description="Fused weight-gradient accumulation (Megatron-LM's default on, --no-gradient-accumulation-"
+        "fusion; Bridge's default on where the fused kernel is available).",
+    )
+
     @field_validator("flash_attention_version", mode="before")
     @classmethod
     def _version_number(cls, v: Any) -> Any:

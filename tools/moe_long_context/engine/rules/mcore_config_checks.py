@@ -282,6 +282,31 @@ def bf16_edge_layers(ctx: Context) -> Iterator[Finding]:
             )
 
 
+@check("precision")
+def precision_options(ctx: Context) -> Iterator[Finding]:
+    """transformer_config.py:1443-1452: fp8_output_proj needs fp8 and the MXFP8 recipe; fp4_param needs fp4.
+    Megatron-LM's flags are judged as written by PRECISION_OPTION_RECIPE (dialects/lm_args.py)."""
+    c = ctx.cfg
+    if c.launcher == "megatron-lm":
+        return
+    if c.fp8_output_proj and c.precision != "mxfp8":
+        yield finding(
+            "PRECISION_OPTION_NEEDS",
+            f"fp8_output_proj with precision={c.precision}: Megatron Core runs the attention output projection in "
+            "FP8 only under FP8 training with the MXFP8 recipe.",
+            "Use precision=mxfp8, or drop fp8_output_proj.",
+            ["fp8_output_proj", "precision"],
+        )
+    if c.fp4_param and c.precision != "nvfp4":
+        yield finding(
+            "PRECISION_OPTION_NEEDS",
+            f"fp4_param with precision={c.precision}: Megatron Core keeps FP4 primary weights only under FP4 "
+            "training.",
+            "Use precision=nvfp4, or drop fp4_param (fp4_param_gather).",
+            ["fp4_param", "precision"],
+        )
+
+
 # ---------------------------------------------------------------- attention
 
 
@@ -321,7 +346,8 @@ def attention_settings(ctx: Context) -> Iterator[Finding]:
 
 @check("pipeline")
 def defer_embedding_wgrad(ctx: Context) -> Iterator[Finding]:
-    """model_parallel_config.py:545-548 (needs PP > 1) and :555-558 (wgrad_deferral_limit >= 0)."""
+    """model_parallel_config.py:545-548 (needs PP > 1), :550-553 (gradient accumulation fusion) and :555-558
+    (wgrad_deferral_limit >= 0)."""
     c = ctx.cfg
     if not c.defer_embedding_wgrad_compute:
         return
@@ -332,6 +358,14 @@ def defer_embedding_wgrad(ctx: Context) -> Iterator[Finding]:
             "pipeline parallelism.",
             "Drop defer_embedding_wgrad_compute, or use PP > 1.",
             ["defer_embedding_wgrad_compute", "pp"],
+        )
+    if not c.gradient_accumulation_fusion:
+        yield finding(
+            "PIPELINE_DEFER_EMBEDDING_WGRAD",
+            "defer_embedding_wgrad_compute without gradient accumulation fusion: Megatron Core defers the "
+            "embedding wgrad only into fused gradient accumulation.",
+            "Turn gradient_accumulation_fusion back on, or drop defer_embedding_wgrad_compute.",
+            ["defer_embedding_wgrad_compute", "gradient_accumulation_fusion"],
         )
     if c.wgrad_deferral_limit < 0:
         yield finding(
