@@ -220,6 +220,8 @@ FIELD_VALUES = {
     "fused_residual_rmsnorm": [True, False], "fused_single_qkv_rope": [True, False], "use_mup": [True, False],
     "mup_base_hidden_size": [None, 1024],
     "fp8_output_proj": [True, False], "fp4_param": [True, False], "gradient_accumulation_fusion": [True, False],
+    "moe_input_jitter_eps": [None, 0.01], "moe_router_topk_limited_devices": [None, 4],
+    "overlap_p2p_comm_warmup_flush": [True, False], "overlap_p2p_comm": [True, False], "batch_p2p_comm": [None, True],
 }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from moe_long_context.engine.config import TrainingConfig
 from moe_long_context.engine.context import Context, build_context
 from moe_long_context.engine.findings import Severity
 from moe_long_context.engine.rules import run
-from moe_long_context.engine.rules.mcore_config_checks import kernels_and_mup
+from moe_long_context.engine.rules.mcore_config_more import kernels_and_mup
 from moe_long_context.errors import InputError
 from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 
@@ -365,3 +365,61 @@ def test_deprecated_moe_layer_recompute_refuses_full_recompute():
         bridge(["model.moe_layer_recompute=true", "model.recompute_granularity=full"])[code] is Severity.error
     )
     assert code not in bridge(["model.moe_layer_recompute=true", "model.recompute_granularity=selective"])
+
+
+def test_graphed_moe_recompute_refuses_router_jitter():
+    """MCore transformer/transformer_config.py:2567-2572, inside graphs and selective recompute: ``if
+    self.moe_input_jitter_eps is not None: assert (not full_cudagraph and moe not in cuda_graph_modules) or "moe"
+    not in recompute_modules``."""
+    code = "GRAPH_RECOMPUTE_MOE_RANDOM"
+    base = (
+        "--cuda-graph-impl transformer_engine --recompute-granularity selective --moe-input-jitter-eps 0.01"
+    )
+    assert lm(f"{base} --recompute-modules moe")[code] is Severity.error  # whole-layer graphs
+    assert code not in lm(f"{base} --recompute-modules moe --cuda-graph-modules attn")
+    assert code not in lm(f"{base} --recompute-modules moe_act")
+    keys = ["model.cuda_graph_impl=local", "model.cuda_graph_modules=[moe]", "model.recompute_granularity=selective",
+            "model.recompute_modules=[moe]"]  # fmt: skip
+    assert bridge([*keys, "model.moe_input_jitter_eps=0.01"])[code] is Severity.error
+    assert code not in bridge(keys)
+
+
+def test_gtp_local_graphs_cannot_recompute_shared_experts_under_fp8():
+    """MCore transformer/transformer_config.py:2574-2595: ``gtp_weight_remat_size > 1 and cuda_graph_impl ==
+    "local" and (fp8 or fp4) and moe_shared_expert_intermediate_size is not None and not moe_shared_expert_overlap
+    and (full_cudagraph or moe or moe_router in cuda_graph_modules)`` asserts ``"shared_experts" not in
+    recompute_modules``. DeepSeek-V3 has a shared expert."""
+    code = "GRAPH_GTP_SHARED_EXPERT_RECOMPUTE"
+    base = dict(model="deepseek-v3", num_gpus=64, tp=2, cuda_graph_impl="local", cuda_graph_modules=["moe_router"],
+                recompute_granularity="selective", recompute_modules=["shared_experts"], precision="fp8-blockwise")  # fmt: skip
+    assert code in errors(**base, tensor_parallel_num_weight_shards=4)
+    assert code not in errors(**base)  # no GTP
+    assert code not in errors(**base, tensor_parallel_num_weight_shards=4, moe_shared_expert_overlap=True)
+    assert code not in errors(**{**base, "precision": "bf16"}, tensor_parallel_num_weight_shards=4)
+    assert code not in errors(**{**base, "cuda_graph_modules": ["attn"]}, tensor_parallel_num_weight_shards=4)
+
+
+def test_topk_limited_devices_with_group_routing():
+    """MCore transformer/transformer_config.py:2338-2344: ``if self.moe_router_group_topk: if
+    self.moe_router_topk_limited_devices: raise ValueError`` (DeepSeek-V3 routes by group; Qwen3 does not)."""
+    code = "MOE_TOPK_LIMITED_DEVICES"
+    assert (
+        bridge(["model.moe_router_topk_limited_devices=4"], model="deepseek-v3", num_gpus=64)[code]
+        is Severity.error
+    )
+    assert code not in bridge(["model.moe_router_topk_limited_devices=4"])
+
+
+def test_p2p_warmup_flush_needs_p2p_overlap():
+    """MCore model_parallel_config.py:571-576: ``overlap_p2p_comm_warmup_flush`` needs ``overlap_p2p_comm and not
+    batch_p2p_comm``; Megatron-LM turns p2p overlap off without virtual stages (LM arguments.py:966-979) and sets
+    ``batch_p2p_comm = not overlap_p2p_comm`` (argument_utils.py:307)."""
+    code = "PIPELINE_P2P_WARMUP_FLUSH"
+    flag = "--overlap-p2p-communication-warmup-flush"
+    assert lm(flag, pp=2, num_gpus=16)[code] is Severity.error  # no virtual stages
+    vpp = f"{flag} --num-virtual-stages-per-pipeline-rank 2"
+    assert code not in lm(vpp, pp=2, num_gpus=16)
+    assert lm(f"{vpp} --no-overlap-p2p-communication", pp=4, num_gpus=32)[code] is Severity.error
+    assert bridge(["model.overlap_p2p_comm_warmup_flush=true"])[code] is Severity.error  # PP 1
+    assert code not in bridge(["model.overlap_p2p_comm_warmup_flush=true", "model.pipeline_model_parallel_size=2",
+                               "model.virtual_pipeline_model_parallel_size=2"], num_gpus=16)  # fmt: skip

@@ -29,7 +29,6 @@ BRIDGE = ["model.expert_model_parallel_size=8", "train.global_batch_size=64"]
 REACHES = [
     ("LM arguments.py:1000", "qwen3-30b-a3b", f"{LM} --use-torch-fsdp2"),
     ("MCore transformer/transformer_config.py:2155", "qwen3-30b-a3b", f"{LM} --use-te-activation-func"),
-    ("MCore model_parallel_config.py:572", "qwen3-30b-a3b", f"{LM} --overlap-p2p-communication-warmup-flush"),
     ("MCore models/gpt/experimental_attention_variant_module_specs.py:442", "glm-5", f"{LM} --transformer-impl local"),
     ("MCore models/gpt/gpt_layer_specs.py:509", "qwen3-30b-a3b", f"{LM} --use-transformer-engine-op-fuser"),
     ("MCore models/hybrid/hybrid_layer_allocation.py:460", "nemotron-3-nano",

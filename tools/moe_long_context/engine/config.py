@@ -519,6 +519,30 @@ class TransformerConfigArgs(_Args):
         "fusion; Bridge's default on where the fused kernel is available).",
     )
 
+    moe_input_jitter_eps: SkipJsonSchema[float | None] = Field(
+        allow_inf_nan=False, default=None, description="Router input jitter (--moe-input-jitter-eps)."
+    )
+    moe_router_topk_limited_devices: SkipJsonSchema[int | None] = Field(
+        default=None,
+        description="Deprecated device-limited routing (Bridge model.moe_router_topk_limited_devices; replaced by "
+        "group-limited routing).",
+    )
+    overlap_p2p_comm_warmup_flush: SkipJsonSchema[bool] = Field(
+        default=False,
+        description="Overlap pipeline p2p communication in warm-up and flush (--overlap-p2p-communication-warmup-"
+        "flush); needs p2p overlap without batched p2p.",
+    )
+    overlap_p2p_comm: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Overlap pipeline p2p communication (Megatron-LM: on with virtual stages unless "
+        "--no-overlap-p2p-communication; Bridge comm_overlap.overlap_p2p_comm). Unset: the front end's own.",
+    )
+    batch_p2p_comm: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Batched pipeline p2p communication (Bridge comm_overlap.batch_p2p_comm; Megatron-LM uses the "
+        "opposite of p2p overlap). Unset: the front end's own.",
+    )
+
     @field_validator("flash_attention_version", mode="before")
     @classmethod
     def _version_number(cls, v: Any) -> Any:

@@ -51,6 +51,7 @@ def _load_checks() -> None:
         layout,
         mamba,
         mcore_config_checks,
+        mcore_config_more,
         moe,
         optimizer,
         pipeline,
