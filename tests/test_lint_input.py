@@ -222,6 +222,8 @@ FIELD_VALUES = {
     "fp8_output_proj": [True, False], "fp4_param": [True, False], "gradient_accumulation_fusion": [True, False],
     "moe_input_jitter_eps": [None, 0.01], "moe_router_topk_limited_devices": [None, 4],
     "overlap_p2p_comm_warmup_flush": [True, False], "overlap_p2p_comm": [True, False], "batch_p2p_comm": [None, True],
+    "moe_router_load_balancing_type": ["aux_loss", "sinkhorn", ["seq_aux_loss", "global_aux_loss"]],
+    "moe_aux_loss_coeff": [0.0, 0.001, [0.001, 0.0001]],
 }  # fmt: skip
 
 

@@ -423,3 +423,36 @@ def test_p2p_warmup_flush_needs_p2p_overlap():
     assert bridge(["model.overlap_p2p_comm_warmup_flush=true"])[code] is Severity.error  # PP 1
     assert code not in bridge(["model.overlap_p2p_comm_warmup_flush=true", "model.pipeline_model_parallel_size=2",
                                "model.virtual_pipeline_model_parallel_size=2"], num_gpus=16)  # fmt: skip
+
+
+def test_custom_quantization_recipes_are_refused_as_bad_input():
+    """MCore transformer/transformer_config.py:1432-1438 and :1458-1464: a custom FP8 / FP4 recipe needs a
+    quantizer factory. The engine does not model custom recipes: reading refuses them (mc-tc-019/025 are the
+    schema's), in both dialects."""
+    for launch in ("--fp8-format e4m3 --fp8-recipe custom", "--fp4-format e2m1 --fp4-recipe custom"):
+        with pytest.raises(InputError):
+            lm(launch)
+    for keys in (["mixed_precision.fp8=e4m3", "mixed_precision.fp8_recipe=custom"],
+                 ["model.fp4=e2m1", "model.fp4_recipe=custom"]):  # fmt: skip
+        with pytest.raises(InputError):
+            bridge(keys)
+    assert "PRECISION_GPU" not in lm("--fp4-format e2m1 --fp4-recipe nvfp4")  # nvfp4 still reads
+
+
+def test_load_balancing_lists_and_capacity_factor():
+    """MCore transformer/transformer_config.py:1652-1658 (a list of load-balancing types needs a coefficient list
+    of the same length) and :1660-1684 (a capacity factor only with aux_loss, seq_aux_loss, global_aux_loss or
+    none). Megatron-LM turns a one-element list into its element (LM arguments.py:1606-1609)."""
+    code = "MOE_LOAD_BALANCING_CONFIG"
+    two = "--moe-router-load-balancing-type seq_aux_loss global_aux_loss"
+    assert lm(f"{two} --moe-aux-loss-coeff 0.001")[code] is Severity.error
+    assert code not in lm(f"{two} --moe-aux-loss-coeff 0.001 0.0001")
+    assert code not in lm("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 0.001")
+    drop = "--moe-expert-capacity-factor 1.0 --moe-token-dispatcher-type alltoall"
+    assert lm(f"{drop} --moe-router-load-balancing-type sinkhorn")[code] is Severity.error
+    assert code not in lm(drop)  # Megatron-LM's default aux_loss
+    assert code not in lm(f"{drop.replace('1.0', '-1')} --moe-router-load-balancing-type sinkhorn")  # none
+    keys = ["model.moe_expert_capacity_factor=1.0"]
+    assert bridge([*keys, "model.moe_router_load_balancing_type=[aux_loss,sinkhorn]",
+                   "model.moe_aux_loss_coeff=[0.001,0.0]"])[code] is Severity.error  # fmt: skip
+    assert code not in bridge(keys)  # the recipe's type: not judged

@@ -275,7 +275,8 @@ def _set_plain(u: Understood, name: str, flag: str, vals: list[str], kind: str) 
         u.set(name, True, flag)
     elif kind == "false":
         u.set(name, False, flag)
-    elif name in ("recompute_modules", "cuda_graph_modules", "hierarchical_cp_sizes", "activation_offload"):
+    elif name in ("recompute_modules", "cuda_graph_modules", "hierarchical_cp_sizes", "activation_offload",
+                  "moe_router_load_balancing_type", "moe_aux_loss_coeff"):  # fmt: skip
         items = [v for val in vals for v in val.replace(",", " ").split() if v]
         u.set(name, items, flag)
     elif name == "cp_comm_type":
@@ -314,8 +315,9 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
         u.set("dispatcher", f"flex-{backend}" if kind == "flex" else kind, flag)
         return True
     if flag in ("--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe"):
-        if "--fp4-format" in values:
-            u.set("precision", "nvfp4", flag)
+        if "--fp4-format" in values:  # another recipe than nvfp4 (custom) is not modelled: refused as bad input
+            recipe = (values.get("--fp4-recipe") or ["nvfp4"])[0]
+            u.set("precision", "nvfp4" if recipe == "nvfp4" else f"fp4-{recipe}", flag)
         elif "--fp8-format" in values:
             recipe = (values.get("--fp8-recipe") or ["delayed"])[0]
             u.set("precision", "mxfp8" if recipe == "mxfp8" else f"fp8-{recipe}", flag)
@@ -560,8 +562,9 @@ def _special_bridge_more(u: Understood, key: str, keys: dict[str, Any]) -> bool:
         if isinstance(keys.get("mixed_precision"), str):
             return True  # the preset decides; mixed_precision=<preset> is read on its own
         for prefix in ("mixed_precision.", "model."):
-            if keys.get(prefix + "fp4"):
-                u.set("precision", "nvfp4", key)
+            if keys.get(prefix + "fp4"):  # a custom FP4 recipe is not modelled: refused as bad input
+                recipe = keys.get(prefix + "fp4_recipe") or "nvfp4"
+                u.set("precision", "nvfp4" if recipe == "nvfp4" else f"fp4-{recipe}", key)
                 return True
             if keys.get(prefix + "fp8"):
                 recipe = keys.get(prefix + "fp8_recipe") or _RECIPE_DEFAULTS[prefix]

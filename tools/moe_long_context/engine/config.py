@@ -543,10 +543,27 @@ class TransformerConfigArgs(_Args):
         "opposite of p2p overlap). Unset: the front end's own.",
     )
 
+    moe_router_load_balancing_type: SkipJsonSchema[str | list[str] | None] = Field(
+        default=None,
+        description="Router load balancing (--moe-router-load-balancing-type; Megatron-LM's default aux_loss), one "
+        "type or a list. Unset: the Bridge recipe's own.",
+    )
+    moe_aux_loss_coeff: SkipJsonSchema[float | list[float] | None] = Field(
+        default=None,
+        description="Aux-loss coefficient(s) (--moe-aux-loss-coeff; Megatron-LM's default 0), one per load-balancing "
+        "type when those are a list. Unset: the Bridge recipe's own.",
+    )
+
     @field_validator("flash_attention_version", mode="before")
     @classmethod
     def _version_number(cls, v: Any) -> Any:
         return int(v) if isinstance(v, str) and v.strip().isdigit() else v
+
+    @field_validator("moe_router_load_balancing_type", "moe_aux_loss_coeff", mode="before")
+    @classmethod
+    def _one_is_a_scalar(cls, v: Any) -> Any:
+        """A one-element list is its element, as Megatron-LM reads it (LM arguments.py:1606-1609)."""
+        return v[0] if isinstance(v, list) and len(v) == 1 else v
 
 
 class TrainingConfig(  # bases in reverse: pydantic lists the fields of the last base first

@@ -153,3 +153,38 @@ def p2p_warmup_flush(ctx: Context) -> Iterator[Finding]:
             "Use virtual pipeline stages with p2p overlap, or drop overlap_p2p_comm_warmup_flush.",
             ["overlap_p2p_comm_warmup_flush", "vpp", "pp"],
         )
+
+
+_CAPACITY_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
+
+
+@check("moe")
+def load_balancing(ctx: Context) -> Iterator[Finding]:
+    """transformer_config.py:1652-1658 (a list of types needs a coefficient list of the same length) and
+    :1660-1684 (a capacity factor, negative meaning none, works only with aux_loss, seq_aux_loss, global_aux_loss
+    or none). Unset types or coefficients are a Bridge recipe's own, not judged."""
+    c = ctx.cfg
+    types, coeff = c.moe_router_load_balancing_type, c.moe_aux_loss_coeff
+    if (
+        isinstance(types, list)
+        and coeff is not None
+        and not (isinstance(coeff, list) and len(coeff) == len(types))
+    ):
+        yield finding(
+            "MOE_LOAD_BALANCING_CONFIG",
+            f"moe_router_load_balancing_type={types} with moe_aux_loss_coeff={coeff}: Megatron Core asserts one "
+            "aux-loss coefficient per load-balancing type.",
+            f"Give {len(types)} coefficients (--moe-aux-loss-coeff takes a list).",
+            ["moe_router_load_balancing_type", "moe_aux_loss_coeff"],
+        )
+    if c.moe_capacity_factor is None or c.moe_capacity_factor < 0 or types is None:
+        return
+    bad = [t for t in (types if isinstance(types, list) else [types]) if t not in _CAPACITY_BALANCING]
+    if bad:
+        yield finding(
+            "MOE_LOAD_BALANCING_CONFIG",
+            f"moe_capacity_factor={c.moe_capacity_factor} with {', '.join(bad)} load balancing: Megatron Core's "
+            "capacity factor works only with aux_loss, seq_aux_loss, global_aux_loss or none.",
+            "Use one of those load-balancing types, or drop the capacity factor (dropless MoE).",
+            ["moe_capacity_factor", "moe_router_load_balancing_type"],
+        )
