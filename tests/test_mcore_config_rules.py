@@ -212,6 +212,9 @@ def test_first_last_layers_in_bf16_under_fp8():
     ]
     assert bridge([*mp, "mixed_precision.num_layers_at_start_in_bf16=-1"])[code] is Severity.error
     assert code not in bridge(mp)
+    # Bridge's mixed_precision overwrites the model's copy (training/mixed_precision.py:137-155): not read
+    assert code not in bridge(["mixed_precision=bf16_with_fp8_delayed_scaling_mixed",
+                               "model.first_last_layers_bf16=true"])  # fmt: skip
 
 
 def test_rotary_interleaved_with_mla():
@@ -251,9 +254,14 @@ def test_defer_embedding_wgrad_needs_pipeline_parallelism():
         lm("--defer-embedding-wgrad-compute --wgrad-deferral-limit -1", pp=2, num_gpus=16)[code]
         is Severity.error
     )
-    assert bridge(["comm_overlap.defer_embedding_wgrad_compute=true"])[code] is Severity.error
-    assert code not in bridge(["comm_overlap.defer_embedding_wgrad_compute=true",
-                               "model.pipeline_model_parallel_size=2"], num_gpus=16)  # fmt: skip
+    assert bridge(["comm_overlap.defer_embedding_wgrad_compute=true", "comm_overlap.wgrad_deferral_limit=0"])[
+        code] is Severity.error  # fmt: skip
+    pp2 = ["comm_overlap.defer_embedding_wgrad_compute=true", "model.pipeline_model_parallel_size=2"]
+    assert code not in bridge([*pp2, "comm_overlap.wgrad_deferral_limit=0"], num_gpus=16)
+    # Bridge's CommOverlapConfig leaves wgrad_deferral_limit at -1 unless it is given (comm_overlap.py:436-437)
+    assert bridge(pp2, num_gpus=16)[code] is Severity.error
+    # CommOverlapConfig.setup overwrites the model's copy (comm_overlap.py:588-591): not read
+    assert code not in bridge(["model.defer_embedding_wgrad_compute=true"])
 
 
 def test_weight_shards_are_a_multiple_of_tp():
@@ -334,6 +342,7 @@ def test_precision_options_of_bridge_keys():
         code] is Severity.error  # fmt: skip
     assert code not in bridge(["model.fp8_output_proj=true", "mixed_precision=bf16_with_mxfp8_mixed"])
     assert bridge(["mixed_precision.fp4_param_gather=true"])[code] is Severity.error
+    assert code not in bridge(["model.fp4_param=true"])  # overwritten by mixed_precision's fp4_param
     assert code not in bridge(
         ["mixed_precision.fp4_param_gather=true", "mixed_precision=bf16_with_nvfp4_mixed"]
     )
@@ -348,7 +357,8 @@ def test_defer_embedding_wgrad_needs_gradient_accumulation_fusion():
     code = "PIPELINE_DEFER_EMBEDDING_WGRAD"
     flags = "--defer-embedding-wgrad-compute --no-gradient-accumulation-fusion"
     assert lm(flags, pp=2, num_gpus=16)[code] is Severity.error
-    keys = ["comm_overlap.defer_embedding_wgrad_compute=true", "model.pipeline_model_parallel_size=2"]
+    keys = ["comm_overlap.defer_embedding_wgrad_compute=true", "model.pipeline_model_parallel_size=2",
+            "comm_overlap.wgrad_deferral_limit=0"]  # fmt: skip
     assert bridge([*keys, "model.gradient_accumulation_fusion=false"], num_gpus=16)[code] is Severity.error
     assert code not in bridge([*keys, "model.gradient_accumulation_fusion=true"], num_gpus=16)
 

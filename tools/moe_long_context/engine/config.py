@@ -465,8 +465,11 @@ class TransformerConfigArgs(_Args):
         description="Defer the output-layer weight-gradient GEMMs to the pipeline flush "
         "(--defer-embedding-wgrad-compute).",
     )
-    wgrad_deferral_limit: SkipJsonSchema[int] = Field(
-        default=0, description="Microbatches whose embedding wgrad is deferred (--wgrad-deferral-limit)."
+    wgrad_deferral_limit: SkipJsonSchema[int | None] = Field(
+        default=None,
+        description="Microbatches whose embedding wgrad is deferred (--wgrad-deferral-limit; Bridge "
+        "comm_overlap.wgrad_deferral_limit). Unset: the front end's default, Megatron-LM 0, Bridge's "
+        "CommOverlapConfig -1.",
     )
     tensor_parallel_num_weight_shards: SkipJsonSchema[int | None] = Field(
         default=None,
@@ -510,8 +513,8 @@ class TransformerConfigArgs(_Args):
     )
     fp4_param: SkipJsonSchema[bool] = Field(
         default=False,
-        description="FP4 primary weights (--fp4-param-gather; Bridge model.fp4_param, "
-        "mixed_precision.fp4_param_gather); needs NVFP4 training.",
+        description="FP4 primary weights (--fp4-param-gather; Bridge mixed_precision.fp4_param_gather, which "
+        "overwrites model.fp4_param); needs NVFP4 training.",
     )
     gradient_accumulation_fusion: SkipJsonSchema[bool] = Field(
         default=True,

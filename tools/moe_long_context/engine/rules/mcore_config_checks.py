@@ -367,12 +367,20 @@ def defer_embedding_wgrad(ctx: Context) -> Iterator[Finding]:
             "Turn gradient_accumulation_fusion back on, or drop defer_embedding_wgrad_compute.",
             ["defer_embedding_wgrad_compute", "gradient_accumulation_fusion"],
         )
-    if c.wgrad_deferral_limit < 0:
+    # unset: Megatron-LM's 0; Bridge's CommOverlapConfig sets -1 unless the override list gives it
+    # (Bridge training/comm_overlap.py:436-437, applied to the model at :588-591, :618)
+    limit = (
+        c.wgrad_deferral_limit
+        if c.wgrad_deferral_limit is not None
+        else (0 if c.launcher == "megatron-lm" else -1)
+    )
+    if limit < 0:
         yield finding(
             "PIPELINE_DEFER_EMBEDDING_WGRAD",
-            f"defer_embedding_wgrad_compute with wgrad_deferral_limit={c.wgrad_deferral_limit}: Megatron Core needs "
-            "a limit >= 0.",
-            "Set wgrad_deferral_limit >= 0.",
+            f"defer_embedding_wgrad_compute with wgrad_deferral_limit={limit}"
+            + (" (Bridge's CommOverlapConfig default)" if c.wgrad_deferral_limit is None else "")
+            + ": Megatron Core needs a limit >= 0.",
+            "Set wgrad_deferral_limit >= 0 (Bridge: comm_overlap.wgrad_deferral_limit).",
             ["defer_embedding_wgrad_compute", "wgrad_deferral_limit"],
         )
 
