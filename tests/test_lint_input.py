@@ -224,6 +224,7 @@ FIELD_VALUES = {
     "overlap_p2p_comm_warmup_flush": [True, False], "overlap_p2p_comm": [True, False], "batch_p2p_comm": [None, True],
     "moe_router_load_balancing_type": ["aux_loss", "sinkhorn", ["seq_aux_loss", "global_aux_loss"]],
     "moe_aux_loss_coeff": [0.0, 0.001, [0.001, 0.0001]],
+    "moe_router_pre_softmax": [True, False],
 }  # fmt: skip
 
 

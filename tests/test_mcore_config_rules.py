@@ -466,3 +466,25 @@ def test_load_balancing_lists_and_capacity_factor():
     assert bridge([*keys, "model.moe_router_load_balancing_type=[aux_loss,sinkhorn]",
                    "model.moe_aux_loss_coeff=[0.001,0.0]"])[code] is Severity.error  # fmt: skip
     assert code not in bridge(keys)  # the recipe's type: not judged
+
+
+def test_top1_softmax_routing_needs_pre_softmax():
+    """MCore transformer/transformer_config.py:2328-2336: ``moe_router_topk == 1 and moe_router_score_function ==
+    "softmax" and not moe_router_pre_softmax and moe_router_load_balancing_type != "sinkhorn"`` raises. No catalog
+    model routes top-1: a top-1 variant of Qwen3-30B-A3B shows both sides."""
+    from moe_long_context.engine.rules.mcore_config_more import top1_pre_softmax
+
+    def codes(**fields) -> set[str]:
+        ctx = build_context(TrainingConfig(model="qwen3-30b-a3b", num_gpus=8, ep=8, **fields))
+        top1 = Context(ctx.cfg, ctx.model.model_copy(update={"moe_router_topk": 1}), None)
+        return {f.code for f in top1_pre_softmax(top1)}
+
+    lm_defaults = dict(
+        launcher="megatron-lm", moe_router_pre_softmax=False, moe_router_load_balancing_type="aux_loss"
+    )
+    assert codes(**lm_defaults) == {"MOE_TOP1_PRE_SOFTMAX"}
+    assert not codes(**{**lm_defaults, "moe_router_pre_softmax": True})
+    assert not codes(**{**lm_defaults, "moe_router_load_balancing_type": "sinkhorn"})
+    assert not codes(**lm_defaults, moe_router_score_function="sigmoid")
+    assert not codes()  # Bridge, unset: the recipe's own
+    assert "MOE_TOP1_PRE_SOFTMAX" not in lm("")  # Qwen3-30B-A3B routes top-8

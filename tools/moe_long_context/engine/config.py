@@ -557,6 +557,12 @@ class TransformerConfigArgs(_Args):
         "type when those are a list. Unset: the Bridge recipe's own.",
     )
 
+    moe_router_pre_softmax: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Softmax before the top-k (--moe-router-pre-softmax); top-1 softmax routing needs it. Unset: "
+        "the Bridge recipe's own.",
+    )
+
     @field_validator("flash_attention_version", mode="before")
     @classmethod
     def _version_number(cls, v: Any) -> Any:

@@ -188,3 +188,23 @@ def load_balancing(ctx: Context) -> Iterator[Finding]:
             "Use one of those load-balancing types, or drop the capacity factor (dropless MoE).",
             ["moe_capacity_factor", "moe_router_load_balancing_type"],
         )
+
+
+@check("moe")
+def top1_pre_softmax(ctx: Context) -> Iterator[Finding]:
+    """transformer_config.py:2328-2336: ``moe_router_topk == 1 and moe_router_score_function == "softmax" and not
+    moe_router_pre_softmax and moe_router_load_balancing_type != "sinkhorn"`` raises (a softmax over one score has
+    a zero gradient). Unset pre-softmax or load balancing is a Bridge recipe's own, not judged."""
+    c, m = ctx.cfg, ctx.model
+    types = c.moe_router_load_balancing_type
+    if m.moe_router_topk != 1 or c.moe_router_pre_softmax is not False or types is None:
+        return
+    score = c.moe_router_score_function or m.moe_router_score_function
+    if score == "softmax" and types != "sinkhorn":
+        yield finding(
+            "MOE_TOP1_PRE_SOFTMAX",
+            f"{m.name} routes each token to one expert with a softmax router and no moe_router_pre_softmax: "
+            "Megatron Core refuses it (a softmax over one score has a zero gradient).",
+            "Add --moe-router-pre-softmax (Bridge model.moe_router_pre_softmax=true).",
+            ["moe_router_pre_softmax", "moe_router_score_function", "moe_router_load_balancing_type"],
+        )
