@@ -315,7 +315,8 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
         u.set("dispatcher", f"flex-{backend}" if kind == "flex" else kind, flag)
         return True
     if flag in ("--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe"):
-        if "--fp4-format" in values:  # another recipe than nvfp4 (custom) is not modelled: refused as bad input
+        # an FP4 recipe other than nvfp4 (custom) is not modelled: refused as bad input
+        if "--fp4-format" in values:
             recipe = (values.get("--fp4-recipe") or ["nvfp4"])[0]
             u.set("precision", "nvfp4" if recipe == "nvfp4" else f"fp4-{recipe}", flag)
         elif "--fp8-format" in values:
