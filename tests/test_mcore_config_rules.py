@@ -92,7 +92,7 @@ def test_paged_stash_needs_rank_capacity_and_no_moe_offload():
     ncclep = "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep"
     assert lm(f"--moe-paged-stash {ncclep}")[code] is Severity.error
     assert code not in lm(f"--moe-paged-stash {ncclep} --moe-expert-rank-capacity-factor 1.5")
-    assert bridge(["model.moe_paged_stash=true"])[code] is Severity.error
+    assert code not in bridge(["model.moe_paged_stash=true"])  # unset factor: the Bridge recipe's own
     base = ["model.moe_paged_stash=true", "model.moe_expert_rank_capacity_factor=1.5",
             "model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=ncclep"]  # fmt: skip
     assert code not in bridge(base)
@@ -120,6 +120,8 @@ def test_single_grouped_weight_and_bias_needs():
     assert prec not in lm("--moe-grouped-gemm --moe-single-grouped-weight --use-transformer-engine-op-fuser "
                           "--fp8-format e4m3 --fp8-recipe mxfp8")  # fmt: skip
     weight = ["model.moe_single_grouped_weight=true", "model.use_transformer_engine_op_fuser=true"]
+    assert needs not in bridge(weight[:1])  # op fuser unset: the Bridge recipe's own
+    assert bridge([weight[0], "model.use_transformer_engine_op_fuser=false"])[needs] is Severity.error
     assert needs not in bridge(weight)  # Bridge's MoE recipes keep grouped GEMM on
     assert bridge([*weight, "model.moe_grouped_gemm=false"])[needs] is Severity.error
     assert bridge([*weight, "mixed_precision=bf16_with_fp8_delayed_scaling_mixed"])[prec] is Severity.error
@@ -191,8 +193,13 @@ def test_graphs_with_fine_grained_offloading_need_warmup_and_inflight_count():
     assert code not in lm(f"{base} --cuda-graph-warmup-steps 1")
     keys = ["model.fine_grained_activation_offloading=true", "model.offload_modules=[expert_fc1]",
             "model.cuda_graph_impl=full_iteration", "rerun_state_machine.check_for_nan_in_loss=false"]  # fmt: skip
-    assert bridge(keys)[code] is Severity.error
+    assert bridge([*keys, "model.fine_grained_offloading_max_inflight_offloads=-1"])[code] is Severity.error
     assert code not in bridge([*keys, "model.fine_grained_offloading_max_inflight_offloads=1"])
+    assert code not in bridge(keys)  # unset: the Bridge recipe's own count
+    full = ("--fine-grained-activation-offloading --offload-modules expert_fc1 --cuda-graph-impl full_iteration "
+            "--no-check-for-nan-in-loss-and-grad")  # fmt: skip
+    assert lm(full)[code] is Severity.error  # Megatron-LM's default: unset
+    assert code not in lm(f"{full} --fine-grained-offloading-max-inflight-offloads 1")
 
 
 def test_first_last_layers_in_bf16_under_fp8():
@@ -241,6 +248,10 @@ def test_flash_attention_version_and_batch_invariant_mode():
     assert code not in lm("--batch-invariant-mode --flash-attention-version 3")
     keys = ["model.batch_invariant_mode=true", "model.flash_attention_version=3"]
     assert code not in bridge(keys)
+    assert (
+        bridge(["model.batch_invariant_mode=true", "model.flash_attention_version=2"])[code] is Severity.error
+    )
+    assert code not in bridge(["model.batch_invariant_mode=true"])  # unset: the Bridge recipe's own version
     assert bridge([*keys, "model.context_parallel_size=2"], num_gpus=16)[code] is Severity.error
 
 

@@ -395,9 +395,10 @@ class TransformerConfigArgs(_Args):
         description="Per-EP-rank token capacity (--moe-expert-rank-capacity-factor); needs the hybridep or ncclep "
         "flex backend.",
     )
-    use_transformer_engine_op_fuser: SkipJsonSchema[bool] = Field(
-        default=False,
-        description="Transformer Engine's op fuser for the MLP (--use-transformer-engine-op-fuser).",
+    use_transformer_engine_op_fuser: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Transformer Engine's op fuser for the MLP (--use-transformer-engine-op-fuser; Megatron-LM's "
+        "default off). Unset: the Bridge recipe's own.",
     )
     moe_paged_stash: SkipJsonSchema[bool] = Field(
         default=False,

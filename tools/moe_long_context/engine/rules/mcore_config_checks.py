@@ -70,7 +70,7 @@ def rank_capacity_and_paged_stash(ctx: Context) -> Iterator[Finding]:
                 "Use dispatcher=flex-hybridep or flex-ncclep, or drop moe_expert_rank_capacity_factor.",
                 ["moe_expert_rank_capacity_factor", "dispatcher"],
             )
-        elif backend == "hybridep" and not c.use_transformer_engine_op_fuser:
+        elif backend == "hybridep" and c.use_transformer_engine_op_fuser is False:
             yield finding(
                 "MOE_RANK_CAPACITY_BACKEND",
                 f"moe_expert_rank_capacity_factor={c.moe_expert_rank_capacity_factor} with the hybridep backend "
@@ -80,10 +80,11 @@ def rank_capacity_and_paged_stash(ctx: Context) -> Iterator[Finding]:
             )
     if not c.moe_paged_stash:
         return
+    lm_unset_known = c.launcher == "megatron-lm"  # unset under Bridge: the recipe's own factor, not judged
     problems = []
     if c.cpu_offloading:
         problems.append("it cannot run with the legacy cpu_offloading")
-    if c.moe_expert_rank_capacity_factor is None:
+    if c.moe_expert_rank_capacity_factor is None and lm_unset_known:
         problems.append("it needs moe_expert_rank_capacity_factor")
     clash = sorted(_MOE_OFFLOAD & set(c.activation_offload or []))
     if clash:
@@ -122,7 +123,7 @@ def single_grouped(ctx: Context) -> Iterator[Finding]:
                 "Use precision bf16, mxfp8 or nvfp4, or drop moe_single_grouped_weight.",
                 ["moe_single_grouped_weight", "precision"],
             )
-        if not c.use_transformer_engine_op_fuser:
+        if c.use_transformer_engine_op_fuser is False:
             yield finding(
                 "MOE_SINGLE_GROUPED_NEEDS",
                 "moe_single_grouped_weight without use_transformer_engine_op_fuser: Megatron Core needs the TE op "
@@ -198,7 +199,7 @@ def offload_tuning(ctx: Context) -> Iterator[Finding]:
                 "delta_offload_bytes_across_pp_ranks",
             ],
         )
-    if "fused_group_mlp" in c.activation_offload and not c.use_transformer_engine_op_fuser:
+    if "fused_group_mlp" in c.activation_offload and c.use_transformer_engine_op_fuser is False:
         yield finding(
             "OFFLOAD_MODULE_RULES",
             "Offloading fused_group_mlp without use_transformer_engine_op_fuser: Megatron Core needs the TE op fuser "
@@ -241,7 +242,9 @@ def offload_graph_warmup(ctx: Context) -> Iterator[Finding]:
             ["cuda_graph_warmup_steps", "cuda_graph_impl", "activation_offload"],
         )
     inflight = c.fine_grained_offloading_max_inflight_offloads
-    if c.cuda_graph_impl == "full_iteration" and (inflight is None or inflight < 0):
+    # unset under Bridge: the recipe's own count, not judged (Megatron-LM's default is unset)
+    unset = inflight is None and c.launcher == "megatron-lm"
+    if c.cuda_graph_impl == "full_iteration" and (unset or (inflight is not None and inflight < 0)):
         yield finding(
             "GRAPH_OFFLOAD_WARMUP",
             "full_iteration CUDA graphs with fine-grained activation offloading and "
@@ -324,7 +327,8 @@ def attention_settings(ctx: Context) -> Iterator[Finding]:
         )
     version = c.flash_attention_version
     if c.batch_invariant_mode:
-        if version not in (3, 4):
+        # unset under Bridge: the recipe's own version, not judged (Megatron-LM's default is unset)
+        if version not in (3, 4) and (version is not None or c.launcher == "megatron-lm"):
             yield finding(
                 "BATCH_INVARIANT_MODE",
                 f"batch_invariant_mode with flash_attention_version={version}: Megatron Core needs FlashAttention "
