@@ -204,6 +204,27 @@ FIELD_VALUES = {
     "reuse_grad_buf_for_mxfp8_param_ag": [True, False], "packed_sequences": [True, False],
     "pad_to_max_length": [True, False], "pad_cu_seqlens": [True, False],
     "tp_comm_overlap": [True, False], "delay_wgrad_compute": [True, False],
+    # w3-b: TransformerConfig / ModelParallelConfig settings
+    "overlap_dispatch_backward_with_experts_wgrad": [True, False], "ep_overlap_early_attn_memory_release": [True, False],
+    "moe_expert_rank_capacity_factor": [None, 1.5], "use_transformer_engine_op_fuser": [True, False],
+    "moe_paged_stash": [True, False], "moe_single_grouped_weight": [True, False], "moe_single_grouped_bias": [True, False],
+    "cpu_offloading": [True, False], "cpu_offloading_num_layers": [0, 4], "min_offloaded_tensor_size": [1048576, 0],
+    "activation_offload_fraction": [1.0, 0.5], "delta_offload_bytes_across_pp_ranks": [0, 1024],
+    "cuda_graph_warmup_steps": [3, 1], "fine_grained_offloading_max_inflight_offloads": [None, 2],
+    "first_last_layers_bf16": [True, False], "num_layers_at_start_in_bf16": [1, 2], "num_layers_at_end_in_bf16": [1, 2],
+    "distribute_saved_activations": [True, False], "rotary_interleaved": [True, False],
+    "defer_embedding_wgrad_compute": [True, False], "wgrad_deferral_limit": [0, 2],
+    "tensor_parallel_num_weight_shards": [None, 8], "batch_invariant_mode": [True, False],
+    "flash_attention_version": [None, 3], "apply_rope_fusion": [True, False],
+    "moe_router_enable_expert_bias": [True, False], "moe_router_score_function": ["softmax", "sigmoid"],
+    "fused_residual_rmsnorm": [True, False], "fused_single_qkv_rope": [True, False], "use_mup": [True, False],
+    "mup_base_hidden_size": [None, 1024],
+    "fp8_output_proj": [True, False], "fp4_param": [True, False], "gradient_accumulation_fusion": [True, False],
+    "moe_input_jitter_eps": [None, 0.01], "moe_router_topk_limited_devices": [None, 4],
+    "overlap_p2p_comm_warmup_flush": [True, False], "overlap_p2p_comm": [True, False], "batch_p2p_comm": [None, True],
+    "moe_router_load_balancing_type": ["aux_loss", "sinkhorn", ["seq_aux_loss", "global_aux_loss"]],
+    "moe_aux_loss_coeff": [0.0, 0.001, [0.001, 0.0001]],
+    "moe_router_pre_softmax": [True, False],
 }  # fmt: skip
 
 

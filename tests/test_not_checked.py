@@ -27,8 +27,7 @@ BRIDGE = ["model.expert_model_parallel_size=8", "train.global_batch_size=64"]
 # (upstream check, model, megatron-lm flags or bridge overrides that reach it): one for every upstream file with a
 # not-modelled check
 REACHES = [
-    ("MCore transformer/transformer_config.py:1758", "qwen3-30b-a3b", f"{LM} --distribute-saved-activations"),
-    ("MCore model_parallel_config.py:546", "qwen3-30b-a3b", [*BRIDGE, "model.defer_embedding_wgrad_compute=true"]),
+    ("MCore transformer/transformer_config.py:2155", "qwen3-30b-a3b", f"{LM} --use-te-activation-func"),
     ("Bridge training/config.py:1452", "qwen3-30b-a3b", [*BRIDGE, "model.calculate_per_token_loss=false"]),
 ]  # fmt: skip
 

@@ -75,6 +75,17 @@ def _moe_layer_freq(text: str) -> int | None:
     return None
 
 
+def _moe_layer_with_full(name: str, full: str) -> Finding:
+    """MCore transformer_config.py:1835-1843: the deprecated MoE-layer recompute refuses full recompute."""
+    return finding(
+        "RECOMPUTE_MOE_LAYER_FULL",
+        f"{name} with {full}: Megatron Core refuses the deprecated MoE-layer recompute with full recompute.",
+        "Drop the deprecated switch (full recompute already recomputes the MoE layer), or use selective recompute "
+        "with moe in the recompute modules.",
+        [name, full.split("=")[0].split(" ")[0]],
+    )
+
+
 def _deprecated(name: str, new: str) -> Finding:
     return finding(
         "DEPRECATED_NAME",
@@ -270,7 +281,8 @@ def _set_plain(u: Understood, name: str, flag: str, vals: list[str], kind: str) 
         u.set(name, True, flag)
     elif kind == "false":
         u.set(name, False, flag)
-    elif name in ("recompute_modules", "cuda_graph_modules", "hierarchical_cp_sizes", "activation_offload"):
+    elif name in ("recompute_modules", "cuda_graph_modules", "hierarchical_cp_sizes", "activation_offload",
+                  "moe_router_load_balancing_type", "moe_aux_loss_coeff"):  # fmt: skip
         items = [v for val in vals for v in val.replace(",", " ").split() if v]
         u.set(name, items, flag)
     elif name == "cp_comm_type":
@@ -309,8 +321,10 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
         u.set("dispatcher", f"flex-{backend}" if kind == "flex" else kind, flag)
         return True
     if flag in ("--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe"):
+        # an FP4 recipe other than nvfp4 (custom) is not modelled: refused as bad input
         if "--fp4-format" in values:
-            u.set("precision", "nvfp4", flag)
+            recipe = (values.get("--fp4-recipe") or ["nvfp4"])[0]
+            u.set("precision", "nvfp4" if recipe == "nvfp4" else f"fp4-{recipe}", flag)
         elif "--fp8-format" in values:
             recipe = (values.get("--fp8-recipe") or ["delayed"])[0]
             u.set("precision", "mxfp8" if recipe == "mxfp8" else f"fp8-{recipe}", flag)
@@ -344,6 +358,8 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
         return True
     if flag == "--moe-layer-recompute":
         u.notes.append(_deprecated(flag, "--recompute-granularity selective --recompute-modules moe"))
+        if (values.get("--recompute-granularity") or [None])[0] == "full":
+            u.notes.append(_moe_layer_with_full(flag, "--recompute-granularity full"))
         u.set("recompute_granularity", "selective", flag)
         mods = u.fields.get("recompute_modules") or [
             v for val in values.get("--recompute-modules", []) for v in val.replace(",", " ").split()
@@ -508,6 +524,8 @@ def _special_bridge(u: Understood, key: str, value: Any, keys: dict[str, Any]) -
         u.set("cross_entropy_fusion", ("te" if impl == "te" else "native") if fused else "none", key)
         return True
     if key == "model.moe_layer_recompute":
+        if value and keys.get("model.recompute_granularity") == "full":
+            u.notes.append(_moe_layer_with_full(key, "model.recompute_granularity=full"))
         if value:
             u.notes.append(
                 _deprecated(
@@ -551,8 +569,9 @@ def _special_bridge_more(u: Understood, key: str, keys: dict[str, Any]) -> bool:
         if isinstance(keys.get("mixed_precision"), str):
             return True  # the preset decides; mixed_precision=<preset> is read on its own
         for prefix in ("mixed_precision.", "model."):
-            if keys.get(prefix + "fp4"):
-                u.set("precision", "nvfp4", key)
+            if keys.get(prefix + "fp4"):  # a custom FP4 recipe is not modelled: refused as bad input
+                recipe = keys.get(prefix + "fp4_recipe") or "nvfp4"
+                u.set("precision", "nvfp4" if recipe == "nvfp4" else f"fp4-{recipe}", key)
                 return True
             if keys.get(prefix + "fp8"):
                 recipe = keys.get(prefix + "fp8_recipe") or _RECIPE_DEFAULTS[prefix]

@@ -69,8 +69,10 @@ def architecture_flags(
     if not m.tie_embeddings:
         out.append("--untie-embeddings-and-output-weights")
     if m.has_dsa:
+        # DSA refuses RoPE fusion, which Megatron-LM turns on by default (MCore transformer_config.py:2837-2838)
         out += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.dsa_index_n_heads),
-                "--dsa-indexer-head-dim", str(m.dsa_index_head_dim), "--dsa-indexer-topk", str(m.dsa_index_topk)]  # fmt: skip
+                "--dsa-indexer-head-dim", str(m.dsa_index_head_dim), "--dsa-indexer-topk", str(m.dsa_index_topk),
+                "--no-rope-fusion"]  # fmt: skip
     mtp = m.mtp_num_layers if mtp_layers is None else mtp_layers
     if (
         m.is_hybrid

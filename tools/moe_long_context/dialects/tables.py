@@ -432,12 +432,12 @@ def megatron_tokens(field_name: str, value: Any) -> list[str]:
     if flag is None or special:
         return []
     kind = megatron_flags()[flag]["kind"]
+    if value is None:  # unset (a front end's own default): nothing to write
+        return []
     if kind == "true":
         return [flag] if value else []
     if kind == "false":
         return [] if value else [flag]
-    if value is None:
-        return []
     if isinstance(value, list):  # an empty list is the flag left out (argparse refuses it without values)
         return [flag, *(str(v) for v in value)] if value else []
     return [flag, _fmt_value(value)]

@@ -13,6 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# w3-b: the settings only Megatron Core's TransformerConfig / ModelParallelConfig checks read (TrainingConfig
+# carries them, the request models do not)
+from .config_mcore import TransformerConfigArgs
+
 MAX_GPUS = 65536
 MAX_SEQ_LEN = 16 * 1024 * 1024
 
@@ -372,7 +376,7 @@ class MemoryArgs(_Args):
     )
 
 
-class TrainingConfig(  # bases in reverse: pydantic lists the fields of the last base first
+class TrainingRequestArgs(  # bases in reverse: pydantic lists the fields of the last base first
     LauncherArgs,
     MemoryArgs,
     OptimizerArgs,
@@ -389,7 +393,12 @@ class TrainingConfig(  # bases in reverse: pydantic lists the fields of the last
     ClusterArgs,
     ModelArgs,
 ):
-    """A complete training configuration: every knob any tool reads."""
+    """Every knob a judging tool's request takes (the request models of estimate_memory, estimate_throughput and
+    pick_recompute are this)."""
+
+
+class TrainingConfig(TransformerConfigArgs, TrainingRequestArgs):
+    """A complete training configuration: every knob any tool reads (lint also reads TransformerConfigArgs)."""
 
 
 FP8_RECIPES: dict[str, str] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..engine.config import TrainingConfig
+from ..engine.config import TrainingConfig, TrainingRequestArgs
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import FAMILIES, finding, run
@@ -24,7 +24,7 @@ from ..memory.terms import GIB
 ESTIMATE_FAMILIES = tuple(family for family in FAMILIES if family not in ("launch", "memory"))
 
 
-class EstimateMemoryRequest(TrainingConfig):
+class EstimateMemoryRequest(TrainingRequestArgs):
     """A complete training configuration to estimate per-rank memory for (seq_len is required)."""
 
 

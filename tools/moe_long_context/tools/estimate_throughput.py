@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..engine.config import TrainingConfig
+from ..engine.config import TrainingConfig, TrainingRequestArgs
 from ..engine.context import build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import run
@@ -21,7 +21,7 @@ from .estimate_memory import ESTIMATE_FAMILIES, require_seq_len
 from .step_findings import dominant_term_findings
 
 
-class EstimateThroughputRequest(TrainingConfig):
+class EstimateThroughputRequest(TrainingRequestArgs):
     """A complete training configuration (gpu and seq_len required) to estimate the step time of."""
 
 

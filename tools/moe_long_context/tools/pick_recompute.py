@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..engine.config import RECOMPUTE_MODULES, TrainingConfig, precision_is_quantized
+from ..engine.config import RECOMPUTE_MODULES, TrainingConfig, TrainingRequestArgs, precision_is_quantized
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
@@ -53,7 +53,7 @@ RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_metho
 CLEARED = dict.fromkeys(RECOMPUTE_KEYS)
 
 
-class PickRecomputeRequest(TrainingConfig):
+class PickRecomputeRequest(TrainingRequestArgs):
     """A complete training configuration (seq_len and gpu required); its recompute fields are replaced."""
 
     headroom: float = Field(

@@ -52,6 +52,8 @@ def _load_checks() -> None:
         layout,
         lm_args_features,
         mamba,
+        mcore_config_checks,
+        mcore_config_more,
         moe,
         optimizer,
         pipeline,
