@@ -84,7 +84,7 @@ QWEN3_OVERRIDES = [
     "model.recompute_granularity=selective",
 ]
 VALID_CALLS += [
-    # the seed layout with its published recompute and offload: 60.674 GiB of 79.11 (tests/test_memory_*.py)
+    # the seed layout with its published recompute and offload: 60.194 GiB of 79.11 (tests/test_memory_*.py)
     ("estimate_memory", DSV3_128K, {"valid": True, "fits": True, "peak_gib": 60.194, "usable_gib": 79.11}),
     # the seed at 64 microbatches: 122.75 s a step, 327.8 model TFLOP/s per GPU (16.57 % of the FP8 peak)
     (
