@@ -76,9 +76,12 @@ CASES: list[tuple[str, dict, Edit, str]] = [
      "LM_LAYERS_PER_VIRTUAL_STAGE"),
     ("no --kv-channels, 2050 / 32", QWEN, _then(_drop("--kv-channels"), _set("--hidden-size", "2050")),
      "LM_KV_CHANNELS"),
-    ("torch FSDP2 with EP 8 (not modelled)", QWEN,
+    ("torch FSDP2 with EP 8", QWEN,
      _add("--use-torch-fsdp2", "--no-gradient-accumulation-fusion", "--untie-embeddings-and-output-weights"),
-     "not_checked:LM arguments.py:1002"),
+     "LM_TORCH_FSDP2"),
+    ("torch FSDP2 with EP 1", {**QWEN, "ep": 1},
+     _add("--use-torch-fsdp2", "--no-gradient-accumulation-fusion", "--untie-embeddings-and-output-weights"),
+     "LM_TORCH_FSDP2"),
 ]  # fmt: skip
 
 
