@@ -6,6 +6,8 @@ a value the engine itself reads has to be one it (and Megatron) can use.
 
 from __future__ import annotations
 
+from functools import cache
+
 from .tables import dialect_table
 
 # Keys read by the composite readers below (besides the dialect table's own keys).
@@ -22,10 +24,14 @@ _COMPOSITE_KEYS = frozenset({
 
 def engine_reads(key: str) -> bool:
     """Whether the engine reads this Bridge key (every other key is listed as not checked)."""
-    if key in _COMPOSITE_KEYS:
-        return True
+    return key in _COMPOSITE_KEYS or key in _table_keys()
+
+
+@cache
+def _table_keys() -> frozenset[str]:
+    """Every Bridge key the dialect table maps to a field: its key, the keys it also reads, deprecated names."""
+    keys: set[str] = set()
     for spec in dialect_table()["fields"].values():
         b = spec.get("bridge", {})
-        if key in (b.get("key"), *b.get("also", []), *b.get("deprecated", [])):
-            return True
-    return False
+        keys.update(k for k in (b.get("key"), *b.get("also", []), *b.get("deprecated", [])) if k)
+    return frozenset(keys)

@@ -522,6 +522,7 @@ def _with_differing_defaults(a: _Analysis, items: dict[str, Any], req: LintConfi
     model = _model_ref(a, req)
     base = _analyse("bridge", render_bridge(items), model, req.gpu, a.num_gpus)
     want, have = resolved_config(a), resolved_config(base)
+    base_peak = _peak(base.ctx)
     out = dict(items)
     for name in TrainingConfig.model_fields:
         if not _is_setting(name) or getattr(want, name) == getattr(have, name):
@@ -531,7 +532,7 @@ def _with_differing_defaults(a: _Analysis, items: dict[str, Any], req: LintConfi
             t = _analyse("bridge", render_bridge(trial), model, req.gpu, a.num_gpus)
         except InputError:
             continue
-        if t.error_codes != base.error_codes or _peak(t.ctx) != _peak(base.ctx) or name in _ALWAYS_CARRIED:
+        if t.error_codes != base.error_codes or name in _ALWAYS_CARRIED or _peak(t.ctx) != base_peak:
             out = trial
     return out
 

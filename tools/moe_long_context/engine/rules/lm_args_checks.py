@@ -28,10 +28,18 @@ class _Unknown(Exception):
 Flags = Mapping[str, Mapping[str, Any]]  # argparse's options: flag -> kind, dest, nargs, type, default
 
 
+_BY_DEST: dict[int, tuple[Flags, dict[str, list[tuple[str, Mapping[str, Any]]]]]] = {}
+
+
 def _by_dest(flags: Flags) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+    """argparse's options grouped by dest; built once per option table (the launch reader passes the same one)."""
+    hit = _BY_DEST.get(id(flags))
+    if hit is not None and hit[0] is flags:
+        return hit[1]
     out: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for flag, info in flags.items():
         out.setdefault(info.get("dest", ""), []).append((flag, info))
+    _BY_DEST[id(flags)] = (flags, out)
     return out
 
 
