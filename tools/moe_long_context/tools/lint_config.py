@@ -524,9 +524,15 @@ def _with_differing_defaults(a: _Analysis, items: dict[str, Any], req: LintConfi
     want, have = resolved_config(a), resolved_config(base)
     base_peak = _peak(base.ctx)
     out = dict(items)
-    for name in TrainingConfig.model_fields:
-        if not _is_setting(name) or getattr(want, name) == getattr(have, name):
-            continue
+    differing = [
+        n for n in TrainingConfig.model_fields if _is_setting(n) and getattr(want, n) != getattr(have, n)
+    ]
+    # Fields Bridge leaves unset (None: the recipe's value, not judged) only add checks when given, so one trial
+    # with all of them settles every one when it changes nothing; otherwise each is tried alone.
+    unset = [n for n in differing if getattr(have, n) is None and n not in _ALWAYS_CARRIED]
+    if len(unset) > 1 and _changes_nothing(out, unset, want, base, base_peak, model, req, a.num_gpus):
+        differing = [n for n in differing if n not in unset]
+    for name in differing:
         trial = {**out, **bridge_items(name, getattr(want, name))}
         try:
             t = _analyse("bridge", render_bridge(trial), model, req.gpu, a.num_gpus)
@@ -535,6 +541,18 @@ def _with_differing_defaults(a: _Analysis, items: dict[str, Any], req: LintConfi
         if t.error_codes != base.error_codes or name in _ALWAYS_CARRIED or _peak(t.ctx) != base_peak:
             out = trial
     return out
+
+
+def _changes_nothing(items, names, want, base, base_peak, model, req, num_gpus) -> bool:
+    """Whether giving all ``names`` their Megatron-LM values leaves the errors and the memory peak as they are."""
+    trial = dict(items)
+    for name in names:
+        trial.update(bridge_items(name, getattr(want, name)))
+    try:
+        t = _analyse("bridge", render_bridge(trial), model, req.gpu, num_gpus)
+    except InputError:
+        return False
+    return t.error_codes == base.error_codes and _peak(t.ctx) == base_peak
 
 
 # Defaults the launchers resolve differently that change what runs even where no check or the memory model

@@ -139,18 +139,33 @@ def key_names(written: str) -> set[str]:
 def request_values(cfg: TrainingConfig) -> dict[str, Any]:
     """Upstream key -> its value, for the request fields whose value is the upstream key's own (not the folded
     ones: the dispatcher, the precision recipe, ...)."""
+    return {key: getattr(cfg, name) for name, keys in _valued_fields() for key in keys}
+
+
+@cache
+def _valued_fields() -> tuple[tuple[str, tuple[str, ...]], ...]:
     table = _keys_table()
-    return {key: getattr(cfg, name) for name, keys in table["fields"].items() if name not in table["no_values"]
-            for key in keys}  # fmt: skip
+    return tuple((name, tuple(keys)) for name, keys in table["fields"].items() if name not in table["no_values"])
+
+
+@cache
+def _field_keys() -> tuple[tuple[str, Any, tuple[str, ...]], ...]:
+    """(request field, its default, the upstream keys it sets), read once from upstream_keys.yaml."""
+    fields = TrainingConfig.model_fields
+    return tuple((name, fields[name].default, tuple(keys)) for name, keys in _keys_table()["fields"].items())
+
+
+@cache
+def _source_order() -> dict[str, int]:
+    return {c.id: i for i, c in enumerate(upstream_checks())}
 
 
 def request_keys(cfg: TrainingConfig, model: ModelSpec | None = None) -> dict[str, str]:
     """Upstream key -> the request field that sets it (fields away from their default), and the keys the model's
     own architecture sets (MLA, DSA, a hybrid pattern, MTP, ...) as "the model's <key>"."""
     out: dict[str, str] = {}
-    for name, keys in _keys_table()["fields"].items():
-        field = TrainingConfig.model_fields[name]
-        if getattr(cfg, name) != field.default:
+    for name, default, keys in _field_keys():
+        if getattr(cfg, name) != default:
             for key in keys:
                 out.setdefault(key, name)
     if model is not None:
@@ -202,7 +217,7 @@ def reached(
             entry = hits.setdefault(check.id, (check, []))
             if written not in entry[1]:
                 entry[1].append(written)
-    order = {c.id: i for i, c in enumerate(upstream_checks())}
+    order = _source_order()
     return [
         NotChecked(keys=sorted(keys), requires=check.requires, source=check.source, id=check.id)
         for check, keys in sorted(hits.values(), key=lambda h: order[h[0].id])
