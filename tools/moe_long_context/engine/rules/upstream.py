@@ -145,7 +145,9 @@ def request_values(cfg: TrainingConfig) -> dict[str, Any]:
 @cache
 def _valued_fields() -> tuple[tuple[str, tuple[str, ...]], ...]:
     table = _keys_table()
-    return tuple((name, tuple(keys)) for name, keys in table["fields"].items() if name not in table["no_values"])
+    return tuple(
+        (name, tuple(keys)) for name, keys in table["fields"].items() if name not in table["no_values"]
+    )
 
 
 @cache
