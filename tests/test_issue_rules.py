@@ -20,7 +20,8 @@ from moe_long_context.engine.rules import run
 from moe_long_context.engine.rules.cp import comm_type_findings
 from moe_long_context.model.catalog import load_model
 from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
-from moe_long_context.tools.lint_config import LintConfigRequest, _resolve_model, lint_config
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
+from moe_long_context.tools.lint_model import resolve_model
 from moe_long_context.tools.validate_cuda_graph_shapes import (
     ValidateCudaGraphsRequest,
     validate_cuda_graph_shapes,
@@ -329,7 +330,7 @@ def test_moe_ffn_hidden_size_falls_back_to_ffn_hidden_size_and_gqa_dense_layers_
     r = lint_config(LintConfigRequest(num_gpus=16, megatron_args=flags))
     assert r.valid and r.model == "custom"
     assert the(r.findings, "MOE_FFN_FROM_FFN").severity == Severity.info
-    spec, _ = _resolve_model(understand_megatron(parse_megatron_args(flags)), None)
+    spec, _ = resolve_model(understand_megatron(parse_megatron_args(flags)), None)
     assert spec.moe_ffn_hidden_size == 1024 and spec.num_dense_layers == 2 and spec.num_query_groups == 4
     given = lint_config(LintConfigRequest(num_gpus=16, megatron_args=flags + " --moe-ffn-hidden-size 512"))
     assert "MOE_FFN_FROM_FFN" not in [f.code for f in given.findings]

@@ -41,11 +41,10 @@ from ..engine.rules.upstream import checked
 from ..errors import InputError, check_nesting, describe_validation_error
 from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
-from ..model.catalog import load_gpu, load_model, model_ids, models
-from ..model.hf import spec_from_hf_config
-from ..model.params import model_params
+from ..model.catalog import load_gpu, model_ids
 from ..model.specs import ModelSpec
 from .lint_edit import edit_bridge, edit_megatron
+from .lint_model import resolve_model
 from .lint_read import bridge_key_findings, gpu_skipped, lint_not_checked, understand_launch
 from .repair_choice import AppliedFix, MemoryVerdict, memory_verdict, repair_config
 
@@ -130,136 +129,6 @@ class LintConfigResult(BaseModel):
     )
 
 
-# --------------------------------------------------------------------------- model
-
-
-_ARCH_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_experts", "num_experts_per_tok",
-              "moe_intermediate_size")  # fmt: skip
-
-
-def _spec_value(spec: ModelSpec, key: str) -> Any:
-    return {
-        "num_hidden_layers": spec.num_layers,
-        "hidden_size": spec.hidden_size,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_experts": spec.num_experts,
-        "num_experts_per_tok": spec.moe_router_topk,
-        "moe_intermediate_size": spec.moe_ffn_hidden_size,
-    }[key]
-
-
-def _resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[Finding]]:
-    arch = u.architecture
-    notes: list[Finding] = []
-    if isinstance(given, ModelSpec):  # the model the other dialect's reading already resolved
-        return given, notes
-    if given is not None:
-        spec = load_model(given)
-        diff = [f"{k}={arch[k]} (model: {_spec_value(spec, k)})" for k in _ARCH_KEYS if k in arch
-                and arch[k] != _spec_value(spec, k)]  # fmt: skip
-        if diff:
-            notes.append(finding("MODEL_FLAGS_MISMATCH", f"The launch declares {', '.join(diff)}, unlike {spec.name}.",
-                                 "Check the launch is for this model, or drop model= to check the flags' model.",
-                                 ["model"]))  # fmt: skip
-        return spec, notes
-    present = [k for k in _ARCH_KEYS if k in arch]
-    if not present:
-        raise InputError(
-            "model",
-            None,
-            "a catalog id (model=...) or the architecture flags (--num-layers, --hidden-size, --num-attention-heads, "
-            "--num-experts, --moe-router-topk, ...) in the launch",
-        )
-    matches = [s for s in models() if all(arch[k] == _spec_value(s, k) for k in present)]
-    dsa = arch.get("--experimental-attention-variant") == "dsa"
-    hybrid = "--hybrid-layer-pattern" in arch
-    matches = [s for s in matches if s.has_dsa == dsa and s.is_hybrid == hybrid]
-    same = (
-        len({model_params(s).total for s in matches}) == 1
-    )  # e.g. GLM-4.5 and GLM-4.7 share one architecture
-    if matches and same and len(present) >= 3:
-        spec = matches[0]
-        also = "".join(f"; {s.name} has the same architecture" for s in matches[1:])
-        notes.append(finding("MODEL_RECOGNISED", f"The architecture flags match {spec.name} ({spec.id}){also}.",
-                             None, ["model"]))  # fmt: skip
-        return spec, notes
-    return _custom_spec(arch), notes
-
-
-def _custom_spec(arch: dict[str, Any]) -> ModelSpec:
-    """A ModelSpec from Megatron-LM architecture flags (no catalog match)."""
-    cfg = {k: v for k, v in arch.items() if not k.startswith("--")}
-    heads = cfg.get("num_attention_heads")
-    if "--multi-latent-attention" in arch:
-        cfg["model_type"] = "deepseek_v3"
-        cfg["n_routed_experts"] = cfg.pop("num_experts", None)
-        shared = cfg.pop("shared_expert_intermediate_size", None)
-        if shared and cfg.get("moe_intermediate_size"):
-            cfg["n_shared_experts"] = shared // cfg["moe_intermediate_size"]
-        cfg.setdefault("num_key_value_heads", heads)
-        cfg.setdefault("qk_nope_head_dim", 128)
-        cfg.setdefault("qk_rope_head_dim", 64)
-        cfg.setdefault("v_head_dim", 128)
-        cfg.setdefault("kv_lora_rank", 32)
-    else:
-        return _gqa_spec(cfg, arch)
-    cfg.setdefault("tie_word_embeddings", "--untie-embeddings-and-output-weights" not in arch)
-    cfg.setdefault("vocab_size", 128256)
-    dense = cfg.pop("first_k_dense_replace", 0)
-    if cfg["model_type"] == "deepseek_v3":
-        cfg["first_k_dense_replace"] = dense
-    elif dense:  # leading dense layers, as Megatron builds them from --moe-layer-freq for any attention
-        cfg["mlp_only_layers"] = list(range(dense))
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "moe_intermediate_size")
-               if not cfg.get(k)]  # fmt: skip
-    if missing:
-        raise InputError("model", None, f"model= or the flags for {missing} (the launch does not set them)")
-    cfg.setdefault("intermediate_size", cfg["moe_intermediate_size"])
-    return spec_from_hf_config(cfg, name="custom model from launch flags")
-
-
-def _gqa_spec(cfg: dict[str, Any], arch: dict[str, Any]) -> ModelSpec:
-    """A GQA/MHA ModelSpec written from the flags (leading dense layers, shared expert, QK norm, QKV bias)."""
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "moe_intermediate_size",
-                           "num_experts", "num_experts_per_tok") if not cfg.get(k)]  # fmt: skip
-    if missing:
-        raise InputError("model", None, f"model= or the flags for {missing} (the launch does not set them)")
-    heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
-    if not isinstance(layers, int) or not 0 < layers <= 10_000:
-        raise InputError("--num-layers", layers, "an integer from 1 to 10000")
-    groups = cfg.get("num_key_value_heads", heads) if "--group-query-attention" in arch else heads
-    values = {
-        "num_layers": layers,
-        "hidden_size": cfg["hidden_size"],
-        "vocab_size": cfg.get("vocab_size", 128256),
-        "tie_embeddings": "--untie-embeddings-and-output-weights" not in arch,
-        "attention": "gqa",
-        "num_attention_heads": heads,
-        "num_query_groups": groups,
-        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        "qk_layernorm": "--qk-layernorm" in arch,
-        "add_qkv_bias": "--add-qkv-bias" in arch,
-        "attention_layer_types": ("full",) * layers,
-        "ffn_hidden_size": cfg.get("intermediate_size") or cfg["moe_intermediate_size"],
-        "num_dense_layers": cfg.get("first_k_dense_replace", 0),
-        "num_experts": cfg["num_experts"],
-        "moe_router_topk": cfg["num_experts_per_tok"],
-        "moe_ffn_hidden_size": cfg["moe_intermediate_size"],
-        "moe_shared_expert_intermediate_size": cfg.get("shared_expert_intermediate_size"),
-        "moe_shared_expert_gate": "--moe-shared-expert-gate" in arch,
-        "mtp_num_layers": cfg.get("num_nextn_predict_layers") or 0,
-    }
-    sources = {field: "launch flags" for field in values}
-    try:
-        return ModelSpec(id="custom", name="custom model from launch flags", family="custom", sources=sources,
-                         **values)  # fmt: skip
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise InputError(
-            f"model.{'.'.join(str(p) for p in err['loc'])}", err.get("input"), err["msg"]
-        ) from exc
-
-
 @dataclass
 class _Analysis:
     """One launch checked: what it says, the configuration it means, and every finding on it."""
@@ -286,7 +155,7 @@ def _analyse(
     dialect: str, source: Any, model_arg: Any, gpu_id: str | None, num_gpus: int | None
 ) -> _Analysis:
     u, parsed = understand_launch(dialect, source)
-    model, model_notes = _resolve_model(u, model_arg)
+    model, model_notes = resolve_model(u, model_arg)
     gpu = load_gpu(gpu_id) if gpu_id else None
     world = num_gpus or u.num_gpus
     if world is None:
