@@ -43,12 +43,22 @@ def allocator_cache_fraction(gpu_id: str | None) -> float:
     return float(table["by_gpu"].get(gpu_id, table["all"]))
 
 
+def dispatcher_key(dispatcher: str, across_nodes: bool) -> str:
+    """How the overhead table names a dispatcher's runs: DeepEP's RDMA buffers (outside PyTorch) exist only when
+    the expert group leaves the NVLink domain, so a run inside it is keyed apart ('<dispatcher>@nvlink')."""
+    return dispatcher if across_nodes else f"{dispatcher}@nvlink"
+
+
 def outside_pytorch_gib(dispatcher: str | None = None, across_nodes: bool = True) -> float:
-    """Measured for the dispatchers of the measured pairs with their expert group across nodes, as measured (and
-    when no dispatcher is named); bounded for the others, an expert group inside the NVLink domain included."""
+    """Measured for the dispatcher keys of the measured pairs (and when no dispatcher is named); bounded for the
+    others."""
     table = measured_overhead()["outside_pytorch_gib"]
     others = table.get("others")
-    if dispatcher is None or others is None or (across_nodes and dispatcher in table.get("dispatchers", ())):
+    if (
+        dispatcher is None
+        or others is None
+        or dispatcher_key(dispatcher, across_nodes) in table["dispatchers"]
+    ):
         return float(table["all"])
     return float(others["gib"])
 

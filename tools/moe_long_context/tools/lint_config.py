@@ -393,35 +393,32 @@ def _with_differing_defaults(a: _Analysis, items: dict[str, Any], req: LintConfi
     want, have = resolved_config(a), resolved_config(base)
     base_peak = _peak(base.ctx)
     out = dict(items)
+
+    def given(names: list[str]) -> tuple[bool | None, dict[str, Any]]:
+        """The overrides with ``names`` at their Megatron-LM values, and whether that changes the errors or the
+        peak (None when the overrides are refused)."""
+        trial = dict(out)
+        for name in names:
+            trial.update(bridge_items(name, getattr(want, name)))
+        try:
+            t = _analyse("bridge", render_bridge(trial), model, req.gpu, a.num_gpus)
+        except InputError:
+            return None, trial
+        return t.error_codes != base.error_codes or _peak(t.ctx) != base_peak, trial
+
     differing = [
         n for n in TrainingConfig.model_fields if _is_setting(n) and getattr(want, n) != getattr(have, n)
     ]
     # Fields Bridge leaves unset (None: the recipe's value, not judged) only add checks when given, so one trial
     # with all of them settles every one when it changes nothing; otherwise each is tried alone.
     unset = [n for n in differing if getattr(have, n) is None and n not in _ALWAYS_CARRIED]
-    if len(unset) > 1 and _changes_nothing(out, unset, want, base, base_peak, model, req, a.num_gpus):
+    if len(unset) > 1 and given(unset)[0] is False:
         differing = [n for n in differing if n not in unset]
     for name in differing:
-        trial = {**out, **bridge_items(name, getattr(want, name))}
-        try:
-            t = _analyse("bridge", render_bridge(trial), model, req.gpu, a.num_gpus)
-        except InputError:
-            continue
-        if t.error_codes != base.error_codes or name in _ALWAYS_CARRIED or _peak(t.ctx) != base_peak:
+        changed, trial = given([name])
+        if changed or (changed is not None and name in _ALWAYS_CARRIED):
             out = trial
     return out
-
-
-def _changes_nothing(items, names, want, base, base_peak, model, req, num_gpus) -> bool:
-    """Whether giving all ``names`` their Megatron-LM values leaves the errors and the memory peak as they are."""
-    trial = dict(items)
-    for name in names:
-        trial.update(bridge_items(name, getattr(want, name)))
-    try:
-        t = _analyse("bridge", render_bridge(trial), model, req.gpu, num_gpus)
-    except InputError:
-        return False
-    return t.error_codes == base.error_codes and _peak(t.ctx) == base_peak
 
 
 # Defaults the launchers resolve differently that change what runs even where no check or the memory model

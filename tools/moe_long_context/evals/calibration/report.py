@@ -19,6 +19,7 @@ from importlib import resources
 
 import yaml
 
+from ...memory.overhead import dispatcher_key
 from ...model.catalog import gpus
 from .corpus import Corpus, Point, load_corpus
 from .evaluate import BANDS, UNITS, Row
@@ -77,6 +78,13 @@ def overhead(corpus: Corpus) -> dict:
     """
     usable = {g.id: g.usable_hbm_gib for g in gpus()}
     domain = {g.id: g.nvlink_domain for g in gpus()}
+
+    def key(p: Point) -> str:  # the run's dispatcher, and whether its expert group leaves the NVLink domain
+        c = p.config
+        return dispatcher_key(
+            c.get("dispatcher", "alltoall"), c.get("ep", 1) * c.get("etp", 1) > domain[c["gpu"]]
+        )
+
     fractions: dict[str, list[float]] = defaultdict(list)
     outside: list[tuple[float, str]] = []
     censored: list[str] = []
@@ -97,12 +105,7 @@ def overhead(corpus: Corpus) -> dict:
                     censored.append(f"{p.id} with {partner} ({device:.2f} GiB: the device was full)")
                     continue
                 outside.append((device - reserved, f"{p.id} with {partner}"))
-                # the measured figure stands for the dispatcher across nodes, as measured (DeepEP's RDMA buffers
-                # exist only when the expert group leaves the NVLink domain)
-                across = p.config.get("ep", 1) * p.config.get("etp", 1) > domain[p.config["gpu"]]
-                measured_dispatchers.add(
-                    p.config.get("dispatcher", "alltoall") + ("" if across else "@nvlink")
-                )
+                measured_dispatchers.add(key(p))
     every = [f for values in fractions.values() for f in values]
     by_gpu = {
         g: round(statistics.median(v), 4) for g, v in sorted(fractions.items()) if len(v) >= MIN_PAIRS_PER_GPU
@@ -110,11 +113,7 @@ def overhead(corpus: Corpus) -> dict:
     bounds = [
         (round(usable[p.config["gpu"]] - p.measured.peak_reserved_gib, 2), p.id)
         for p in corpus.points
-        if p.measured.peak_reserved_gib
-        and not (
-            p.config.get("dispatcher", "alltoall") in measured_dispatchers
-            and p.config.get("ep", 1) * p.config.get("etp", 1) > domain[p.config["gpu"]]
-        )
+        if p.measured.peak_reserved_gib and key(p) not in measured_dispatchers
     ]
     if outside:
         table = {
