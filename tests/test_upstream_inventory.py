@@ -15,7 +15,13 @@ from conformance.inventory import TE_SNAPSHOT, Scope, file_checks, fingerprint, 
 from conformance.inventory_check import compare
 
 from moe_long_context.engine.rules import rule_table
-from moe_long_context.engine.rules.upstream import STATUSES, upstream_checks, upstream_reasons
+from moe_long_context.engine.rules.upstream import (
+    STATUSES,
+    _open_inventory,
+    checked,
+    upstream_checks,
+    upstream_reasons,
+)
 
 SCOPE = Scope(files=[], te_ref="v", te_commit="c", call_keys={"torch.distributed.get_world_size": "world_size"},
               config_roots=("self", "args", "config", "self.config"))  # fmt: skip
@@ -214,6 +220,16 @@ def test_the_scope_names_every_file_of_the_classification():
     scope = load_scope()
     assert {c.file for c in CHECKS} <= {f["file"] for f in scope.files}
     assert scope.te_commit == "f031cf87bd054c7558b887df7bed93975456667f"
+
+
+def test_the_line_reader_of_judging_tools_agrees_with_the_full_parse():
+    """Judging tools read only the not-modelled lines of upstream.yaml; they must see what the full parse does."""
+    counts, open_checks = _open_inventory()
+    full = upstream_checks()
+    assert counts == {s: sum(c.status == s for c in full) for s in STATUSES}
+    assert open_checks == tuple(c for c in full if c.status == "not_modelled")
+    assert sum(counts.values()) == len(full) == 850
+    assert (checked().upstream, checked().applicable) == (390, 407)
 
 
 @pytest.mark.parametrize("status", STATUSES)
