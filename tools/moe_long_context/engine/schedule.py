@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from operator import mul
 
 
 def warmup_forwards(pp: int, rank: int, vpp: int, microbatches: int, extra: int = 0) -> int:
@@ -44,9 +45,11 @@ def peak_in_flight(
     ``chunk_bytes[v]`` is one microbatch's activation memory for model chunk ``v`` of this rank. The first
     state of the schedule that holds the most wins a tie, as a walk through the schedule would find it.
     """
+    if len(chunk_bytes) != vpp:
+        raise ValueError(f"chunk_bytes has {len(chunk_bytes)} entries for {vpp} virtual stages")
     best, best_counts = -1.0, None
     for counts in in_flight_states(pp, rank, vpp, microbatches, ep_overlap):
-        held = sum(c * b for c, b in zip(counts, chunk_bytes, strict=True))
+        held = sum(map(mul, counts, chunk_bytes))
         if held > best:
             best, best_counts = held, counts
     return best, list(best_counts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from ..engine.context import Context
 from .activations import BF16, FP32, Shard
 from .terms import Term
@@ -31,6 +33,7 @@ DEEPEP_MAX_SCALES = 128
 DEEPEP_SOURCE_META = 8  # internode::get_source_meta_bytes(): two int32
 
 
+@cache
 def deepep_buffer_bytes(ranks: int, hidden: int) -> float:
     """DeepEP NVLink + RDMA buffers Megatron allocates for an EP group of ``ranks`` (BF16 dispatch)."""
     key = min((k for k in DEEPEP_RECV_TOKENS if k >= ranks), default=max(DEEPEP_RECV_TOKENS))

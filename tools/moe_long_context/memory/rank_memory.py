@@ -10,10 +10,12 @@ Everything is bytes internally and GiB (2^30) in results.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..engine.config import precision_is_quantized
 from ..engine.context import Context
 from ..engine.schedule import peak_in_flight
+from ..model.params import spec_cache
 from .activations import BF16, FP32, Saved, Shard, kept, removed, shard_of
 from .buffers import buffer_terms
 from .hybrid_layers import assumptions as hybrid_assumptions
@@ -60,11 +62,17 @@ class RankMemory:
 
 @dataclass
 class MemoryModel:
-    """Every PP rank's memory and the assumptions behind the numbers."""
+    """Every PP rank's memory and the assumptions behind the numbers (written when first read: pick_recompute and
+    the planner ask for hundreds of models and read only their totals)."""
 
     ranks: list[RankMemory]
     overhead_gib: float
-    assumptions: list[str]
+    ctx: Context = field(repr=False)
+    shard: Shard = field(repr=False)
+
+    @cached_property
+    def assumptions(self) -> list[str]:
+        return assumptions(self.ctx, self.shard)
 
     @property
     def peak_rank(self) -> RankMemory:
@@ -106,16 +114,37 @@ class InventoryCache:
         self.ctx, self.sh = ctx, sh
         self._by_kind: dict[tuple[str, bool], list[Saved]] = {}
         self._chunks: dict[tuple, ChunkActivations] = {}
+        self._static: dict[object, list[Term]] = {}
+
+    def static(self, params) -> list[Term]:
+        """static_terms of these parameters, once per distinct parameter count (most PP ranks share one)."""
+        found = self._static.get(params)
+        if found is None:
+            found = self._static[params] = static_terms(self.ctx, params)
+        return found
 
     def chunk(self, layers: list[int], mtp: int, embedding: bool, loss: bool) -> ChunkActivations:
         """chunk_activations of these layers, computed once per sequence of layer kinds and stage role."""
-        types, moe = self.ctx.model.attention_layer_types, self.ctx.model.moe_layers
-        key = (tuple([(types[i], moe[i]) for i in layers]), mtp, embedding, loss)
+        key = (self._kinds(layers), mtp, embedding, loss)
         found = self._chunks.get(key)
         if found is None:
             found = self._chunks[key] = chunk_activations(
                 self.ctx, self.sh, layers, mtp, embedding, loss, self
             )
+        return found
+
+    def _kinds(self, layers: list[int]) -> tuple:
+        """The (attention type, MoE) of each layer; a chunk's layers are consecutive, so keyed by their range."""
+        if not layers:
+            return ()
+        consecutive = layers[-1] - layers[0] == len(layers) - 1
+        table = spec_cache(self.ctx.model).setdefault("chunk_kinds", {})
+        found = table.get((layers[0], len(layers))) if consecutive else None
+        if found is None:
+            types, moe = self.ctx.model.attention_layer_types, self.ctx.model.moe_layers
+            found = tuple([(types[i], moe[i]) for i in layers])
+            if consecutive:
+                table[layers[0], len(layers)] = found
         return found
 
     def __call__(self, index: int) -> list[Saved]:
@@ -196,6 +225,7 @@ def _stage_layers(ctx: Context) -> list[list[list[int]]]:
 def rank_memory(
     ctx: Context, rank: int, layers_by_stage: list[list[list[int]]], sh: Shard, cache: InventoryCache
 ) -> RankMemory:
+    """One PP rank at its peak: static terms, activations held by the schedule, transients and buffers."""
     c, m = ctx.cfg, ctx.model
     split = ctx.split.split
     stages = split.stages[rank]
@@ -204,7 +234,7 @@ def rank_memory(
     has_e, has_l = any(s.embedding for s in stages), any(s.loss for s in stages)
     mem = RankMemory(rank, layers, mtp, has_e, has_l, [])
     params = rank_params(ctx, layers, mtp, has_e, has_l)
-    mem.terms += static_terms(ctx, params)
+    mem.terms += cache.static(params)
     static_count = len(mem.terms)
 
     chunks = [cache.chunk(layers_by_stage[rank][v], s.mtp, s.embedding, s.loss) for v, s in enumerate(stages)]
@@ -289,15 +319,19 @@ def overhead_gib(ctx: Context) -> float:
 
 def overhead_terms(ctx: Context, allocated: float) -> list[Term]:
     """Memory beyond the tensors: the request's fixed overhead_gib, or the two measured parts (overhead.py)."""
+    return _overhead_of(ctx)(allocated)
+
+
+def _overhead_of(ctx: Context):
+    """overhead_terms for this configuration as a function of the tensors' bytes (its table lookups made once)."""
     if ctx.cfg.overhead_gib is not None:
-        return [Term(FIXED_TERM, ctx.cfg.overhead_gib * GIB, "overhead_gib as given")]
-    gpu = ctx.gpu.id if ctx.gpu is not None else None
-    fraction = allocator_cache_fraction(gpu)
-    return [
+        fixed = ctx.cfg.overhead_gib * GIB
+        return lambda allocated: [Term(FIXED_TERM, fixed, "overhead_gib as given")]
+    fraction = allocator_cache_fraction(ctx.gpu.id if ctx.gpu is not None else None)
+    outside = outside_pytorch_gib(*_outside_key(ctx)) * GIB
+    return lambda allocated: [
         Term(CACHE_TERM, fraction * allocated, f"{fraction:.1%} of the {allocated / GIB:.3g} GiB of tensors"),
-        Term(
-            OUTSIDE_TERM, outside_pytorch_gib(*_outside_key(ctx)) * GIB, "device - reserved (see assumptions)"
-        ),
+        Term(OUTSIDE_TERM, outside, "device - reserved (see assumptions)"),
     ]
 
 
@@ -308,15 +342,14 @@ def memory_model(ctx: Context) -> MemoryModel | None:
     sh = shard_of(ctx)
     layers_by_stage = _stage_layers(ctx)
     cache = InventoryCache(ctx, sh)
+    overhead = _overhead_of(ctx)
     ranks = []
     for r in range(ctx.cfg.pp):
         mem = rank_memory(ctx, r, layers_by_stage, sh, cache)
-        mem.terms += overhead_terms(ctx, mem.allocated)
+        mem.terms += overhead(mem.allocated)
         ranks.append(mem)
     peak = max(ranks, key=lambda m: (m.total, -m.pp_rank))
-    return MemoryModel(
-        ranks=ranks, overhead_gib=(peak.total - peak.allocated) / GIB, assumptions=assumptions(ctx, sh)
-    )
+    return MemoryModel(ranks=ranks, overhead_gib=(peak.total - peak.allocated) / GIB, ctx=ctx, shard=sh)
 
 
 def assumptions(ctx: Context, sh: Shard) -> list[str]:
