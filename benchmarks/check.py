@@ -34,7 +34,7 @@ def regressions(now: dict[str, float], baseline: dict[str, float], factor: float
         if name not in now:
             out.append(f"{name}: not measured")
         elif now[name] > factor * base:
-            out.append(f"{name}: ratio {now[name]:.3f}, more than {factor:g} x the baseline {base:.3f}")
+            out.append(f"{name}: ratio {now[name]:.4g}, more than {factor:g} x the baseline {base:.4g}")
     return out
 
 

@@ -8,6 +8,7 @@ seconds; every benchmark reports its figures in seconds and as a ratio to it.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -57,17 +58,25 @@ def reference_cpu_s(repeat: int = 5) -> float:
     return min(runs)
 
 
+SAMPLE_S = 0.05  # a sample runs a fast call this many CPU seconds' worth of times (timer and cache noise)
+
+
 def cpu_ratio(fn, repeat: int) -> tuple[float, float]:
-    """(median CPU seconds of ``fn()``, median of its ratio to the reference measured just before it) over
-    ``repeat`` calls, after one call that warms the caches. Pairing each call with a reference run keeps the
-    ratio meaningful when the machine's speed drifts during the benchmark."""
+    """(median CPU seconds per call of ``fn()``, median of its ratio to the reference measured just before it)
+    over ``repeat`` samples, after one call that warms the caches. A sample repeats a sub-millisecond call until it
+    has run about SAMPLE_S seconds: one such call right after the reference loop is timed with cold CPU caches
+    and varies 2x from run to run. Pairing each sample with a reference run keeps the ratio meaningful when the
+    machine's speed drifts during the benchmark."""
+    started = time.process_time()
     fn()
+    calls = max(1, math.ceil(SAMPLE_S / max(time.process_time() - started, 1e-6)))
     runs, ratios = [], []
     for _ in range(repeat):
         reference = reference_cpu_s(3)
         started = time.process_time()
-        fn()
-        runs.append(time.process_time() - started)
+        for _ in range(calls):
+            fn()
+        runs.append((time.process_time() - started) / calls)
         ratios.append(runs[-1] / reference)
     return statistics.median(runs), statistics.median(ratios)
 
