@@ -120,7 +120,7 @@ VALID_CALLS += [
     (
         "plan_layout",
         {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 32768, "top_n": 1},
-        {"evaluated": 3, "feasible": 3, "gbs": 256, "valid": True},
+        {"evaluated": 1, "feasible": 1, "gbs": 256, "valid": True},
     ),
 ]
 

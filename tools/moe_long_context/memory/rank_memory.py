@@ -322,6 +322,18 @@ def overhead_terms(ctx: Context, allocated: float) -> list[Term]:
     return _overhead_of(ctx)(allocated)
 
 
+def tensor_budget(ctx: Context, budget: float) -> float:
+    """The tensor bytes (PyTorch's allocated) a rank may hold and stay within ``budget`` bytes: overhead_terms adds
+    the memory outside PyTorch and a fixed share of the tensors as the allocator's cache, so a rank fits exactly
+    when its tensors are at most (budget - outside) / (1 + share); with overhead_gib given, budget less it. The
+    planner bounds tensors against it (plan_bounds.py): without the share its bound let through DeepSeek-V3
+    candidates whose selective recompute was 5 GiB over."""
+    share = 0.0
+    if ctx.cfg.overhead_gib is None:
+        share = allocator_cache_fraction(ctx.gpu.id if ctx.gpu is not None else None)
+    return (budget - overhead_gib(ctx) * GIB) / (1 + share)
+
+
 def _overhead_of(ctx: Context):
     """overhead_terms for this configuration as a function of the tensors' bytes (its table lookups made once)."""
     if ctx.cfg.overhead_gib is not None:

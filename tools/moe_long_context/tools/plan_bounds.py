@@ -12,8 +12,9 @@ plans:
   terms: the busiest stage times (microbatches + bubble), plus the DP sync and optimizer step of that stage
   (the least of them on a tie), plus the host's Adam step under offload.
 * Memory: every term of the memory model that recompute does not change is taken as the model computes it
-  (parameters, gradients, optimizer states at each offload level, buffers, layer-kind transients, the fixed
-  overhead). Activations are bounded from below per PP rank: with no recompute, the peak over the schedule's
+  (parameters, gradients, optimizer states at each offload level, buffers, layer-kind transients), and the
+  tensors are held to the budget less the memory outside PyTorch, over one plus the allocator-cache share
+  (``tensor_budget``: the model adds that share of the tensors). Activations are bounded from below per PP rank: with no recompute, the peak over the schedule's
   in-flight states of the layers' kept bytes plus each chunk's embedding and loss tensors; a label set frees at
   most what its labels remove, counted at the in-flight state of that peak, and re-materialises at least what
   it removed in a chunk's last layer during backward; full recompute keeps at least every layer input (block
@@ -48,7 +49,7 @@ from ..engine.step_time import (
 from ..memory.activations import kept, removed, shard_of
 from ..memory.buffers import buffer_terms
 from ..memory.hybrid_layers import kind_transient, layer_inventory
-from ..memory.rank_memory import InventoryCache, _stage_layers, chunk_activations, overhead_gib
+from ..memory.rank_memory import InventoryCache, _stage_layers, chunk_activations, overhead_gib, tensor_budget
 from ..memory.terms import GIB
 from ..memory.weights import rank_params, static_terms
 from ..model.params import spec_cache
@@ -249,10 +250,10 @@ def rank_bounds(ctx: Context, table: KindTable) -> list[RankBound]:
 
 
 def static_bytes(ctx: Context, level: tuple[float, Context], r: RankBound, table: KindTable, sh) -> float:
-    """Bytes of a rank recompute does not change, each term as the memory model computes it: weights,
-    gradients and optimizer states at this offload level (``level``: its fraction and configuration), buffers,
-    the layer-kind transient and the fixed overhead (none of which offload changes); kept in the kind table for
-    the ranks that hold the same parameters or layer kinds."""
+    """Tensor bytes of a rank recompute does not change, each term as the memory model computes it: weights,
+    gradients and optimizer states at this offload level (``level``: its fraction and configuration), buffers
+    and the layer-kind transient (none of which offload changes); kept in the kind table for the ranks that hold
+    the same parameters or layer kinds. The memory beyond the tensors is ``tensor_budget``'s."""
     fraction, level_ctx = level
     key = (ctx.cfg.pp, fraction, r.params)
     weights = table.static.get(key)
@@ -262,7 +263,7 @@ def static_bytes(ctx: Context, level: tuple[float, Context], r: RankBound, table
     if rest is None:
         types = {kind[0] for kind, _ in r.kinds}
         terms = buffer_terms(ctx, sh, r.layers, 0.0)
-        rest = sum(t.bytes for t in terms) + kind_transient(ctx, sh, types)[0] + overhead_gib(ctx) * GIB
+        rest = sum(t.bytes for t in terms) + kind_transient(ctx, sh, types)[0]
         table.static[r.kinds] = rest
     return weights + rest
 
@@ -284,11 +285,12 @@ def layout_cannot_fit(ctx: Context, budget: float, offload_ctxs: list[Context]) 
     other = second[0] if second else []
     sets = [first[:n] + other[: need - n] for n in range(len(first) + 1) if 0 <= need - n <= len(other)]
     sh = shard_of(ctx)
-    rest = sum(t.bytes for t in buffer_terms(ctx, sh, [], 0.0)) + overhead_gib(ctx) * GIB
+    rest = sum(t.bytes for t in buffer_terms(ctx, sh, [], 0.0))
+    tensors = tensor_budget(ctx, budget) * (1 + TIE)
     for level_ctx in (*reversed(offload_ctxs), ctx):  # most offloaded first: it usually decides
         for chosen in sets:
             params = rank_params(level_ctx, chosen, 0, False, False)
-            if sum(t.bytes for t in static_terms(level_ctx, params)) + rest <= budget:
+            if sum(t.bytes for t in static_terms(level_ctx, params)) + rest <= tensors:
                 return False
     return True
 
@@ -345,6 +347,7 @@ class CandidateBound:
     def __init__(self, ctx: Context, labels: tuple[str, ...], budget: float,
                  offload_ctx: Callable[[float], Context] | None, floor: tuple[float, StepTime], key: tuple):  # fmt: skip
         self.ctx, self.labels, self.budget = ctx, labels, budget
+        self.tensors = tensor_budget(ctx, budget) * (1 + TIE)  # needs and _over: tensor bytes over this
         self.floor, self.none = floor
         self.sh = shard_of(ctx)
         self.table = kind_table(ctx, labels, key)
@@ -377,8 +380,8 @@ class CandidateBound:
     # ----------------------------------------------------------------- memory
 
     def _order(self, level: int):
-        """(bytes over the budget with no recompute, rank) of every rank, the most loaded first (the rank an
-        option most likely fails on), each rank's static bytes computed when first asked for."""
+        """(tensor bytes over the tensor budget with no recompute, rank) of every rank, the most loaded first
+        (the rank an option most likely fails on), each rank's static bytes computed when first asked for."""
         needs = self._needs.get(level)
         if needs is None:
             needs = self._needs[level] = [None] * len(self.ranks)
@@ -387,19 +390,22 @@ class CandidateBound:
             r = self.ranks[i]
             if need is None:
                 static = static_bytes(self.ctx, self.level(level), r, self.table, self.sh)
-                need = needs[i] = static + r.none - self.budget
+                need = needs[i] = static + r.none - self.tensors
             yield need, r
 
     def memory(self, option: Option, level: int) -> float:
-        """The lower bound of the option's peak bytes at this offload level."""
-        return self.budget + max(self._over(option, r, need) for need, r in self._order(level))
+        """The lower bound of the option's peak bytes at this offload level (its tensors' bound with the memory
+        beyond them, which grows with the tensors)."""
+        over = max(self._over(option, r, need) for need, r in self._order(level))
+        return self.budget + over * (self.budget - overhead_gib(self.ctx) * GIB) / self.tensors
 
     def fits(self, option: Option, level: int) -> bool:
         """Whether the option's memory lower bound fits the budget on every rank at this offload level."""
         return all(self._over(option, r, need) <= 0 for need, r in self._order(level))
 
     def _over(self, option: Option, r: RankBound, need: float) -> float:
-        """Bytes over the budget on rank ``r`` (at least), given ``need``: its bytes over it with no recompute."""
+        """Tensor bytes over the tensor budget on rank ``r`` (at least), given ``need``: its tensor bytes over it
+        with no recompute."""
         if option.full:
             return need - r.none + self._full_activations(r, option.block)
         m = option.mask
