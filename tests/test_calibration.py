@@ -200,3 +200,29 @@ def test_the_bridge_estimator_is_beside_every_memory_point_it_can_take():
     assert glm["total_gib"] == pytest.approx(
         glm["weights_and_optimizer_gib"] + glm["activation_gib"], abs=0.002
     )
+
+
+def test_blackwell_sustains_the_measured_share_of_its_nominal_peaks():
+    """B200 and GB200 have B300's and GB300's dense peaks on paper; the corpus's pairs (one model, one container,
+    the same settings but the GPU and the microbatch) measure the Ultra GPU 1.16x (GB300) and 1.13x (B300) faster,
+    1.22x in the one GB200/GB300 pair with identical settings. The step-time model runs B200/GB200 GEMMs at
+    1 / that median, and the MFU keeps the nominal peak."""
+    from moe_long_context.engine.step_time import GEMM_EFFICIENCY, _gemm_rate, mfu_denominator
+    from moe_long_context.engine.sustained_rate import sustained_fraction
+    from moe_long_context.evals.calibration.corpus import load_corpus
+    from moe_long_context.evals.calibration.report import sustained_rate
+    from moe_long_context.model.catalog import load_gpu
+
+    table = sustained_rate(load_corpus())
+    assert set(table) == {"b200", "gb200"} and table["gb200"]["against"] == "gb300"
+    assert (
+        table["gb200"]["pairs"] == 14
+        and table["gb200"]["ratios"]["perf-25.11-qwen3-30b-a3b-gb200-mxfp8-8"] == 1.217
+    )
+    ratios = sorted(table["gb200"]["ratios"].values())
+    assert table["gb200"]["fraction"] == round(1 / ((ratios[6] + ratios[7]) / 2), 3) == 0.862
+    assert table["b200"]["fraction"] == 0.881 and sustained_fraction("gb200") == 0.862
+    gb200, gb300 = load_gpu("gb200"), load_gpu("gb300")
+    assert _gemm_rate(gb200, "mxfp8") == pytest.approx(5000e12 * GEMM_EFFICIENCY["fp8"] * 0.862)
+    assert _gemm_rate(gb300, "mxfp8") == pytest.approx(5000e12 * GEMM_EFFICIENCY["fp8"])
+    assert sustained_fraction("h100") == 1.0 and mfu_denominator(gb200) == 5000

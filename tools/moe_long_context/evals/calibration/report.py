@@ -5,6 +5,9 @@
   which plan_layout calls plans tied.
 * ``overhead``: the allocator-cache fraction and the memory outside PyTorch, from the measured levels alone,
   written to ``memory/overhead.yaml`` (see memory/overhead.py).
+* ``sustained_rate``: the share of its nominal dense peaks a Blackwell GPU sustains next to the Blackwell Ultra
+  GPU of its platform (the same peaks on paper), from measured pairs alone, written to
+  ``engine/sustained_rate.yaml`` (see engine/sustained_rate.py).
 * ``summary_markdown`` / ``points_markdown``: the README's calibration section (summary by quantity, model and
   GPU; one line per point measured with the target software) and CALIBRATION.md (every row).
 """
@@ -28,6 +31,9 @@ PERCENTILE = 0.90
 CAPACITY_MARGIN_GIB = 0.05  # a device level within this of usable HBM is the device full, not a measurement
 MIN_PAIRS_PER_GPU = 3
 MIN_ROWS_PER_FAMILY = 5  # a family's own spread is stated when it rests on at least this many counted rows
+# The Blackwell Ultra GPU of each Blackwell platform: NVIDIA gives both the same dense BF16 and FP8 peaks.
+ULTRA_SIBLING = {"b200": "b300", "gb200": "gb300"}
+PAIR_KEYS = ("model", "container")  # a pair: one model, one container, and the same settings but GPU and MBS
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -139,6 +145,42 @@ def overhead(corpus: Corpus) -> dict:
         },
         "outside_pytorch_gib": table,
     }
+
+
+def sustained_rate(corpus: Corpus) -> dict:
+    """Per Blackwell GPU with at least MIN_PAIRS_PER_GPU measured pairs: 1 / the median of (tokens/s on its
+    Blackwell Ultra sibling / tokens/s on it) over the pairs of runs of one model in one container whose settings
+    differ in nothing but the GPU and the microbatch size. No engine estimate enters: the step-time model gives
+    both GPUs of a pair the same time (equal peaks; it does not price the microbatch size), so the measured ratio
+    is what the model misses. The microbatch is the Ultra run's larger one in all but one pair (the one with
+    identical settings measured 1.22x), so part of the gap may be its GEMM size; the rest is the sustained rate."""
+
+    def settings(p: Point) -> tuple:
+        c = {k: v for k, v in p.config.items() if k not in ("gpu", "mbs")}
+        return (p.model, p.container, repr(sorted(c.items())))
+
+    by_settings: dict[tuple, dict[str, Point]] = defaultdict(dict)
+    untypical = ("known_regression", "not_tuned")  # a run its source calls slow for another reason
+    for p in corpus.points:
+        listed = p.listed.get("throughput")
+        if (
+            p.container is not None
+            and p.measured.tokens_per_s_per_gpu
+            and not (listed and listed.reason in untypical)
+        ):
+            by_settings[settings(p)][p.config["gpu"]] = p
+    out: dict[str, dict] = {}
+    for gpu, ultra in sorted(ULTRA_SIBLING.items()):
+        pairs = [(g[ultra].measured.tokens_per_s_per_gpu / g[gpu].measured.tokens_per_s_per_gpu, g[gpu].id)
+                 for g in by_settings.values() if gpu in g and ultra in g]  # fmt: skip
+        if len(pairs) >= MIN_PAIRS_PER_GPU:
+            out[gpu] = {
+                "fraction": round(1 / statistics.median(r for r, _ in pairs), 3),
+                "against": ultra,
+                "pairs": len(pairs),
+                "ratios": {pid: round(r, 3) for r, pid in sorted(pairs, key=lambda x: x[1])},
+            }
+    return out
 
 
 @cache
