@@ -49,9 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     print_report(report)
     now = ratios(report)
     not_optimal = [name for name, row in report["cold"].items() if not row["optimal"]]
-    if (
-        args.write
-    ):  # a baseline is the median of three measurements: one run can sit 1.5x low on a shared machine
+    if args.write:
+        # a baseline is the median of three measurements: one run can sit 1.5x low on a shared machine
         runs = [now] + [ratios(measure(repeat=2, cold_runs=1, cli_runs=0)) for _ in range(WRITE_RUNS - 1)]
         median = {name: statistics.median(run[name] for run in runs) for name in now}
         args.baseline.write_text(

@@ -56,9 +56,10 @@ ASSUMPTIONS = [
     f"Flash attention (fwd + bwd) runs in BF16 at {ATTENTION_EFFICIENCY:.0%} of the BF16 peak; Mamba-2's SSD scan "
     f"at {MAMBA_SCAN_EFFICIENCY:.0%} (fitted to Nemotron-3 Nano's measured runs on five GPU types); sliding-window "
     "layers attend to at most the window; Gated DeltaNet layers cost their projections plus 4 n_v d_v^2 per token.",
-    "Tensor-core rates (GEMM, attention, scan) are scaled by the share of its nominal peaks the GPU sustains, "
-    "measured against its Blackwell Ultra sibling (engine/sustained_rate.yaml: B200 and GB200 train 1.1-1.2x "
-    "slower than B300 and GB300 at the same settings and the same peaks on paper); MFU keeps the nominal peak.",
+    "GEMM rates are scaled by the share of its nominal peaks the GPU sustains, measured against its Blackwell "
+    "Ultra sibling (engine/sustained_rate.yaml: B200 and GB200 train 1.1-1.2x slower than B300 and GB300 at the "
+    "same settings and the same peaks on paper); attention and the scan keep theirs (no pair measures them), and "
+    "MFU keeps the nominal peak.",
     f"Memory-bound work (norms, activations, permutes, residuals) moves {ELEMENTWISE_BYTES_PER_TOKEN_H} x hidden "
     "bytes per token per layer through HBM (fwd + bwd).",
     f"NVLink collectives reach {NVLINK_EFFICIENCY:.0%} and the scale-out network {NETWORK_EFFICIENCY:.0%} of the "
@@ -239,17 +240,15 @@ def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
 
 
 def _gemm_rate(gpu: GpuSpec, precision: str) -> float:
-    """Achieved FLOP/s of dense GEMMs in this precision."""
-    return _peak_tflops(gpu, precision) * 1e12 * sustained_fraction(gpu.id)
-
-
-def _peak_tflops(gpu: GpuSpec, precision: str) -> float:
-    """The nominal dense peak of this precision times the GEMM efficiency."""
+    """Achieved FLOP/s of dense GEMMs in this precision: the GEMM efficiency of the nominal dense peak, at the
+    share of its peaks the GPU sustains (sustained_rate.py)."""
     if precision == "nvfp4" and gpu.fp4_tflops:
-        return gpu.fp4_tflops * GEMM_EFFICIENCY["fp4"]
-    if precision != "bf16":
-        return gpu.fp8_tflops * GEMM_EFFICIENCY["fp8"]
-    return gpu.bf16_tflops * GEMM_EFFICIENCY["bf16"]
+        peak, kind = gpu.fp4_tflops, "fp4"
+    elif precision != "bf16":
+        peak, kind = gpu.fp8_tflops, "fp8"
+    else:
+        peak, kind = gpu.bf16_tflops, "bf16"
+    return peak * 1e12 * GEMM_EFFICIENCY[kind] * sustained_fraction(gpu.id)
 
 
 def _group_bandwidth(gpu: GpuSpec, group: int, stride: int = 1) -> float:

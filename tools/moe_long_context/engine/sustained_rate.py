@@ -4,7 +4,8 @@ NVIDIA gives Blackwell (B200, GB200) and Blackwell Ultra (B300, GB300) the same 
 same model and settings train 1.1-1.2x faster on the Ultra GPU of each platform in Bridge's performance tables
 (B300 and GB300 agree with each other and with the model). ``moe-lc eval calibrate --write`` derives the share from
 those measured pairs alone (evals/calibration/report.py ``sustained_rate``); a GPU without enough pairs sustains its
-peaks (1.0). The step-time model scales its GEMM, attention and scan rates by it; MFU keeps the nominal peak.
+peaks (1.0). The step-time model scales its GEMM rates by it (attention and the Mamba scan keep theirs: the pairs
+are 4-8K runs, where GEMMs are most of the step); MFU keeps the nominal peak.
 """
 
 from __future__ import annotations

@@ -134,17 +134,16 @@ class InventoryCache:
         return found
 
     def _kinds(self, layers: list[int]) -> tuple:
-        """The (attention type, MoE) of each layer; a chunk's layers are consecutive, so keyed by their range."""
+        """The (attention type, MoE) of each layer, kept per model by (first layer, count): a chunk's layers are
+        consecutive (_stage_layers numbers them so)."""
         if not layers:
             return ()
-        consecutive = layers[-1] - layers[0] == len(layers) - 1
         table = spec_cache(self.ctx.model).setdefault("chunk_kinds", {})
-        found = table.get((layers[0], len(layers))) if consecutive else None
+        span = (layers[0], len(layers))
+        found = table.get(span)
         if found is None:
             types, moe = self.ctx.model.attention_layer_types, self.ctx.model.moe_layers
-            found = tuple([(types[i], moe[i]) for i in layers])
-            if consecutive:
-                table[layers[0], len(layers)] = found
+            found = table[span] = tuple([(types[i], moe[i]) for i in layers])
         return found
 
     def __call__(self, index: int) -> list[Saved]:
@@ -309,12 +308,19 @@ def _outside_key(ctx: Context) -> tuple[str, bool]:
     return ctx.cfg.dispatcher, ctx.layout.ep * ctx.layout.etp > domain
 
 
+def _overhead_parts(ctx: Context) -> tuple[float, float]:
+    """(share of the tensors the allocator caches, bytes beyond them whatever the tensors): (0, overhead_gib) as
+    given, else the measured cache share and memory outside PyTorch (overhead.py)."""
+    if ctx.cfg.overhead_gib is not None:
+        return 0.0, ctx.cfg.overhead_gib * GIB
+    share = allocator_cache_fraction(ctx.gpu.id if ctx.gpu is not None else None)
+    return share, outside_pytorch_gib(*_outside_key(ctx)) * GIB
+
+
 def overhead_gib(ctx: Context) -> float:
     """The overhead every rank carries whatever its tensors: overhead_gib as given, else the memory outside
     PyTorch (the allocator cache, proportional to the tensors, comes on top; see ``overhead_terms``)."""
-    return (
-        ctx.cfg.overhead_gib if ctx.cfg.overhead_gib is not None else outside_pytorch_gib(*_outside_key(ctx))
-    )
+    return _overhead_parts(ctx)[1] / GIB
 
 
 def overhead_terms(ctx: Context, allocated: float) -> list[Term]:
@@ -328,22 +334,18 @@ def tensor_budget(ctx: Context, budget: float) -> float:
     when its tensors are at most (budget - outside) / (1 + share); with overhead_gib given, budget less it. The
     planner bounds tensors against it (plan_bounds.py): without the share its bound let through DeepSeek-V3
     candidates whose selective recompute was 5 GiB over."""
-    share = 0.0
-    if ctx.cfg.overhead_gib is None:
-        share = allocator_cache_fraction(ctx.gpu.id if ctx.gpu is not None else None)
-    return (budget - overhead_gib(ctx) * GIB) / (1 + share)
+    share, fixed = _overhead_parts(ctx)
+    return (budget - fixed) / (1 + share)
 
 
 def _overhead_of(ctx: Context):
     """overhead_terms for this configuration as a function of the tensors' bytes (its table lookups made once)."""
+    share, fixed = _overhead_parts(ctx)
     if ctx.cfg.overhead_gib is not None:
-        fixed = ctx.cfg.overhead_gib * GIB
         return lambda allocated: [Term(FIXED_TERM, fixed, "overhead_gib as given")]
-    fraction = allocator_cache_fraction(ctx.gpu.id if ctx.gpu is not None else None)
-    outside = outside_pytorch_gib(*_outside_key(ctx)) * GIB
     return lambda allocated: [
-        Term(CACHE_TERM, fraction * allocated, f"{fraction:.1%} of the {allocated / GIB:.3g} GiB of tensors"),
-        Term(OUTSIDE_TERM, outside, "device - reserved (see assumptions)"),
+        Term(CACHE_TERM, share * allocated, f"{share:.1%} of the {allocated / GIB:.3g} GiB of tensors"),
+        Term(OUTSIDE_TERM, fixed, "device - reserved (see assumptions)"),
     ]
 
 

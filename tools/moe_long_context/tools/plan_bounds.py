@@ -14,8 +14,8 @@ plans:
 * Memory: every term of the memory model that recompute does not change is taken as the model computes it
   (parameters, gradients, optimizer states at each offload level, buffers, layer-kind transients), and the
   tensors are held to the budget less the memory outside PyTorch, over one plus the allocator-cache share
-  (``tensor_budget``: the model adds that share of the tensors). Activations are bounded from below per PP rank: with no recompute, the peak over the schedule's
-  in-flight states of the layers' kept bytes plus each chunk's embedding and loss tensors; a label set frees at
+  (``tensor_budget``: the model adds that share of the tensors). Activations are bounded from below per PP
+  rank: with no recompute, the peak over the schedule's in-flight states of the layers' kept bytes plus each chunk's embedding and loss tensors; a label set frees at
   most what its labels remove, counted at the in-flight state of that peak, and re-materialises at least what
   it removed in a chunk's last layer during backward; full recompute keeps at least every layer input (block
   recompute the inputs of its first layers and everything after them) and replays one layer at a time. Terms

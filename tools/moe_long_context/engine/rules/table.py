@@ -1,4 +1,5 @@
-"""The rule table (``rules.yaml`` and its ``rules_<area>.yaml`` siblings) and the registry of checks that the rule modules fill.
+"""The rule table (``rules.yaml`` and its ``rules_<area>.yaml`` siblings) and the registry of checks that the
+rule modules fill.
 
 The table fixes each rule's code, family, severity, title and source; ``finding`` builds a Finding from it,
 and ``check`` registers a function under a family for ``rules.run``.

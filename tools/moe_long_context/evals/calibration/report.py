@@ -33,7 +33,6 @@ MIN_PAIRS_PER_GPU = 3
 MIN_ROWS_PER_FAMILY = 5  # a family's own spread is stated when it rests on at least this many counted rows
 # The Blackwell Ultra GPU of each Blackwell platform: NVIDIA gives both the same dense BF16 and FP8 peaks.
 ULTRA_SIBLING = {"b200": "b300", "gb200": "gb300"}
-PAIR_KEYS = ("model", "container")  # a pair: one model, one container, and the same settings but GPU and MBS
 
 
 def percentile(values: list[float], q: float) -> float:
