@@ -25,14 +25,16 @@ from .step_time_hybrid import (
     latent_projection_flops_per_token,
     megatron_hybrid_flops_per_token,
 )
-from .sustained_rate import sustained_fraction
+from .step_time_layers import MLP_ELEMENTWISE_BYTES, bf16_edge_layers, mlp_elementwise_bytes
+from .sustained_rate import fp4_over_fp8, sustained_fraction
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
 GEMM_EFFICIENCY = {"bf16": 0.62, "fp8": 0.50, "fp4": 0.40}
 GROUPED_GEMM_EFFICIENCY = 0.75  # relative to GEMM_EFFICIENCY for the expert grouped GEMMs
 ATTENTION_EFFICIENCY = 0.40  # fused attention fwd+bwd, of the BF16 peak (long-context DSV3 H100 MFU)
 # Mamba-2's chunked SSD scan (fwd + bwd Triton kernels), of the BF16 peak: fitted to Nemotron-3 Nano's measured
-# runs on five GPU types (median estimate / measured 1.04), checked on Nemotron-3 Super and 3.5 Lightning on H100.
+# runs on five GPU types (median estimate / measured 1.01 over its 21 rows), checked on Nemotron-3 Super and 3.5
+# Lightning on H100.
 MAMBA_SCAN_EFFICIENCY = 0.01
 NVLINK_EFFICIENCY = 0.70
 NETWORK_EFFICIENCY = 0.75
@@ -51,8 +53,10 @@ ASSUMPTIONS = [
     "Model FLOPs: Megatron-LM num_floating_point_operations (3 x fwd, FMA = 2, causal core attention halved), "
     "logits and MTP layers included; recompute adds hardware FLOPs but not model FLOPs.",
     f"GEMMs reach {GEMM_EFFICIENCY['bf16']:.0%} of the BF16 peak, {GEMM_EFFICIENCY['fp8']:.0%} of the FP8 peak "
-    f"(casts and amax included), {GEMM_EFFICIENCY['fp4']:.0%} of FP4; expert grouped GEMMs "
-    f"{GROUPED_GEMM_EFFICIENCY:.0%} of that (small per-expert shapes).",
+    f"(casts and amax included); expert grouped GEMMs {GROUPED_GEMM_EFFICIENCY:.0%} of that (small per-expert "
+    "shapes). NVFP4 GEMMs, with their quantization, run at the multiple of the FP8 rate that measured NVFP4 / MXFP8 "
+    "pairs give (engine/fp4_rate.yaml; nominal FP4 peaks are 2-3x FP8), or at "
+    f"{GEMM_EFFICIENCY['fp4']:.0%} of the FP4 peak without pairs.",
     f"Flash attention (fwd + bwd) runs in BF16 at {ATTENTION_EFFICIENCY:.0%} of the BF16 peak; Mamba-2's SSD scan "
     f"at {MAMBA_SCAN_EFFICIENCY:.0%} (fitted to Nemotron-3 Nano's measured runs on five GPU types); sliding-window "
     "layers attend to at most the window; Gated DeltaNet layers cost their projections plus 4 n_v d_v^2 per token.",
@@ -60,8 +64,16 @@ ASSUMPTIONS = [
     "Ultra sibling (engine/sustained_rate.yaml: B200 and GB200 train 1.1-1.2x slower than B300 and GB300 at the "
     "same settings and the same peaks on paper); attention and the scan keep theirs (no pair measures them), and "
     "MFU keeps the nominal peak.",
-    f"Memory-bound work (norms, activations, permutes, residuals) moves {ELEMENTWISE_BYTES_PER_TOKEN_H} x hidden "
-    "bytes per token per layer through HBM (fwd + bwd).",
+    f"Memory-bound work: norms, residuals and the rest of a layer's token-wide elementwise work move "
+    f"{ELEMENTWISE_BYTES_PER_TOKEN_H} x hidden bytes per token per layer through HBM (fwd + bwd); an MLP's "
+    f"activation moves {MLP_ELEMENTWISE_BYTES['fc1_out']} bytes per fc1 output and "
+    f"{MLP_ELEMENTWISE_BYTES['act_out']} per activation element, per token for dense and shared MLPs and per "
+    f"routed copy (top-k per token) for experts, whose permute and unpermute add "
+    f"{MLP_ELEMENTWISE_BYTES['routed_token']} bytes per element of the routed token (latent width under "
+    "LatentMoE).",
+    "Layers Megatron Core keeps in BF16 under FP8/FP4 (first_last_layers_bf16 with num_layers_at_start/end_in_bf16, "
+    "fp8_utils.py:673-689, fp4_utils.py:247-263: decoder layer numbers, MTP layers excluded) run their GEMMs at "
+    "the BF16 rate.",
     f"NVLink collectives reach {NVLINK_EFFICIENCY:.0%} and the scale-out network {NETWORK_EFFICIENCY:.0%} of the "
     "per-GPU link bandwidth of the catalog; a group wider than the NVLink domain runs at the network rate.",
     "TP with sequence parallelism: all-gather + reduce-scatter of [tokens, hidden] around attention and the "
@@ -243,6 +255,9 @@ def _gemm_rate(gpu: GpuSpec, precision: str) -> float:
     """Achieved FLOP/s of dense GEMMs in this precision: the GEMM efficiency of the nominal dense peak, at the
     share of its peaks the GPU sustains (sustained_rate.py)."""
     if precision == "nvfp4" and gpu.fp4_tflops:
+        measured = fp4_over_fp8()
+        if measured is not None:
+            return _gemm_rate(gpu, "mxfp8") * measured
         peak, kind = gpu.fp4_tflops, "fp4"
     elif precision != "bf16":
         peak, kind = gpu.fp8_tflops, "fp8"
@@ -288,7 +303,7 @@ def step_time(
     tokens = c.mbs * seq // c.cp  # tokens per CP rank per microbatch (shared by the TP group)
     tokens_rank = tokens // (c.tp if sp else 1)
     h = m.hidden_size
-    gemm = _gemm_rate(gpu, c.precision)
+    quantized_gemm = _gemm_rate(gpu, c.precision)
     attn_rate = gpu.bf16_tflops * 1e12 * ATTENTION_EFFICIENCY
     hbm = gpu.hbm_bandwidth_tbps * 1e12
     bytes_act = 2
@@ -304,20 +319,25 @@ def step_time(
     # planner asks for the same kinds thousands of times, so they are kept per model.
     cache = spec_cache(m).setdefault("layer_times", {})
     knobs = (gpu.id, c.tp, c.cp, c.mbs, seq, sp, c.precision, lay.ep, lay.etp, c.dispatcher, c.ep_overlap,
-             c.cp_comm_type, tuple(c.hierarchical_cp_sizes or ()), rc)  # fmt: skip
+             c.cp_comm_type, tuple(c.hierarchical_cp_sizes or ()), rc,
+             fp4_over_fp8() if c.precision == "nvfp4" else None)  # fmt: skip
+    bf16_gemm = _gemm_rate(gpu, "bf16")
+    edge = bf16_edge_layers(ctx)
     kinds = cache.get(knobs)
     if kinds is None:
         if len(cache) > 20_000:
             cache.clear()
         kinds = cache[knobs] = {}
 
-    def kind_time(key: tuple[str, bool]) -> dict[str, float]:
-        """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree."""
+    def kind_time(key: tuple) -> dict[str, float]:
+        """Per-microbatch seconds of one layer of this (attention type, MoE?) kind; layers of a kind agree. A
+        third element True prices the kind as a BF16 edge layer under FP8/FP4."""
         if key not in kinds:
             kinds[key] = _layer_time(*key)
         return kinds[key]
 
-    def _layer_time(layer_type: str, is_moe: bool) -> dict[str, float]:
+    def _layer_time(layer_type: str, is_moe: bool, in_bf16: bool = False) -> dict[str, float]:
+        gemm = bf16_gemm if in_bf16 else quantized_gemm
         attn_w, _ = attention_params(m, layer_type)
         shared, _, active, _ = mlp_params(m, is_moe, layer_type)
         t: dict[str, float] = {}
@@ -334,7 +354,12 @@ def step_time(
             layer_type, attn_rate
         )
         t["attention"] = core / rate
-        t["memory_bound"] = ELEMENTWISE_BYTES_PER_TOKEN_H * h * tokens_rank / hbm
+        dense_mlp_bytes, routed_bytes = mlp_elementwise_bytes(m, is_moe, layer_type)
+        t["memory_bound"] = (
+            ELEMENTWISE_BYTES_PER_TOKEN_H * h * tokens_rank
+            + dense_mlp_bytes * tokens / c.tp
+            + routed_bytes * tokens_rank / lay.etp
+        ) / hbm
         if c.tp > 1:
             volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)
             t["tp_comm"] = volume / tp_bw * (1 - TP_OVERLAP)
@@ -415,6 +440,10 @@ def step_time(
         for key, count in kind_counts(m, layers):
             for k, v in kind_time(key).items():
                 terms[k] = terms.get(k, 0.0) + v * count
+        for i in edge.intersection(layers):  # a BF16 edge layer: its BF16 time in place of the quantized one
+            key = (m.attention_layer_types[i], m.moe_layers[i])
+            for k, v in kind_time((*key, True)).items():
+                terms[k] = terms.get(k, 0.0) + v - kind_time(key).get(k, 0.0)
         if r == c.pp - 1:
             logits = 3 * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
             terms["logits"] = logits / _gemm_rate(gpu, "bf16")  # the output layer stays in BF16
@@ -451,7 +480,7 @@ def step_time(
         bubble_fraction=bubble * t_mb / step if step else 0.0,
         balanced_s=sum(stage_times) / c.pp * microbatches,
         stage_terms=tuple(stage_terms),
-        layer_terms=kinds,
+        layer_terms={k: v for k, v in kinds.items() if len(k) == 2},
         pipeline_factor=microbatches + bubble,
     )
     out.terms["pipeline_bubble"] = bubble * t_mb

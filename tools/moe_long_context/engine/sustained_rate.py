@@ -10,6 +10,8 @@ are 4-8K runs, where GEMMs are most of the step); MFU keeps the nominal peak.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 
@@ -37,3 +39,34 @@ def why(gpu_id: str) -> str | None:
         f"{entry['against']} / {gpu_id} tokens/s ratio of {entry['pairs']} measured pairs with the same settings but "
         "the GPU and the microbatch size (engine/sustained_rate.yaml, from the calibration corpus)"
     )
+
+
+# ------------------------------------------------------------------ NVFP4
+
+_FP4_OVERRIDE: list[float] = []  # set only by fp4_over_fp8_as (the calibration's solve)
+
+
+@cache
+def fp4_table() -> dict:
+    path = resources.files(__package__).joinpath("fp4_rate.yaml")
+    return (load_data_yaml(path.read_text()) or {}) if path.is_file() else {}
+
+
+def fp4_over_fp8() -> float | None:
+    """NVFP4 GEMMs with their quantization, as a multiple of the same GPU's FP8 GEMM rate: solved from measured
+    NVFP4 / MXFP8 pairs (``fp4_rate.yaml``, evals/calibration/fp4_rate.py); None without pairs (the GEMM
+    efficiency of the nominal FP4 peak then)."""
+    if _FP4_OVERRIDE:
+        return _FP4_OVERRIDE[-1]
+    value = fp4_table().get("over_fp8")
+    return float(value) if value is not None else None
+
+
+@contextmanager
+def fp4_over_fp8_as(value: float) -> Iterator[None]:
+    """Price NVFP4 GEMMs at ``value`` x the FP8 rate inside the block (the calibration solves for it)."""
+    _FP4_OVERRIDE.append(value)
+    try:
+        yield
+    finally:
+        _FP4_OVERRIDE.pop()

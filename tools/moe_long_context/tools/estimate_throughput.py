@@ -55,7 +55,12 @@ class EstimateThroughputResult(Judged):
 
 
 def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputResult:
-    cfg = TrainingConfig(**req.model_dump(exclude_unset=True))
+    return estimate_throughput_config(TrainingConfig(**req.model_dump(exclude_unset=True)))
+
+
+def estimate_throughput_config(cfg: TrainingConfig) -> EstimateThroughputResult:
+    """estimate_throughput of a full TrainingConfig: also the settings only a launch or recipe carries (the
+    TransformerConfig-only fields, e.g. BF16 edge layers), as the calibration reads its recipes."""
     require_seq_len(cfg)
     if cfg.gpu is None:
         raise InputError(

@@ -16,7 +16,7 @@ from ...engine.context import build_context
 from ...errors import InputError
 from ...memory.rank_memory import memory_model
 from ...memory.terms import GIB
-from ...tools.estimate_throughput import EstimateThroughputRequest, estimate_throughput
+from ...tools.estimate_throughput import estimate_throughput_config
 from .corpus import EXCLUDED, Corpus, Listing, Point, load_corpus
 
 BANDS = {"throughput": (0.85, 1.15), "memory": (0.90, 1.10)}
@@ -90,7 +90,7 @@ def _throughput_rows(corpus: Corpus, point: Point) -> list[Row]:
         return []
     listing = _listing(corpus, point, "throughput")
     cfg = point.training_config()
-    result = estimate_throughput(EstimateThroughputRequest(**cfg.model_dump(exclude_unset=True)))
+    result = estimate_throughput_config(cfg)
     if not result.valid:
         codes = ", ".join(f.code for f in result.findings if f.severity.value == "error")
         raise InputError.plain(
