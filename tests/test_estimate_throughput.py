@@ -70,7 +70,7 @@ def test_dsv3_long_context_on_h100_near_the_published_15_percent_mfu(seed):
     low, high = BANDS["throughput"]
     assert low <= t.mfu / 0.15 <= high, (t.mfu, t.terms_s)
     assert t.mfu == pytest.approx(
-        {"deepseek-v3-128k-h100": 0.1657, "deepseek-v3-256k-h100": 0.1667}[seed], abs=1e-4
+        {"deepseek-v3-128k-h100": 0.165, "deepseek-v3-256k-h100": 0.1663}[seed], abs=1e-4
     )
     # the published recompute set (mla_up_proj, layernorm, moe, mlp) replays no core attention, so its cost is
     # far below a third of the attention term it was once charged with
