@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,15 @@ def test_the_committed_rate_is_the_median_of_the_pairs():
     assert fp4_over_fp8() == table["over_fp8"]
     # measured: NVFP4 trains 0-4 % faster than MXFP8 at the same settings
     assert all(1.0 <= r <= 1.05 for r in table["measured_nvfp4_over_mxfp8"].values())
+
+
+def test_the_docs_quote_the_committed_rate():
+    """README and the precision reference state the FP4 / FP8 rate engine/fp4_rate.yaml holds."""
+    root = Path(__file__).resolve().parents[1]
+    quoted = f"{fp4_over_fp8():.2f}x"
+    for doc in ("README.md", "references/dispatch-precision-offload.md"):
+        text = " ".join((root / doc).read_text().split())
+        assert (
+            f"those pairs give ({quoted})" in text
+            or f"those pairs give (`engine/fp4_rate.yaml`, {quoted}" in text
+        ), doc
