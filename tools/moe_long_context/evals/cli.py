@@ -88,11 +88,12 @@ def add_commands(sub) -> None:
         help="The engine against every public measurement: summary, README table, stated error, overhead.",
         description="Estimate every measured run of the calibration corpus (tools/moe_long_context/evals/calibration) "
         "and print the summary. --write regenerates README's calibration section, CALIBRATION.md, the stated error "
-        "(engine/stated_error.yaml) and the measured memory overhead (memory/overhead.yaml); --check exits 1 when any "
-        "of them is stale.",
+        "(engine/stated_error.yaml), the measured memory overhead (memory/overhead.yaml), the sustained tensor rates "
+        "(engine/sustained_rate.yaml) and NVFP4's GEMM rate (engine/fp4_rate.yaml); --check exits 1 when any of them "
+        "is stale.",
     )
     mode = cal.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="Rewrite the four generated files.")
+    mode.add_argument("--write", action="store_true", help="Rewrite the six generated files.")
     mode.add_argument("--check", action="store_true", help="Exit 1 when a generated file is stale.")
     cal.set_defaults(handler=_calibrate)
 

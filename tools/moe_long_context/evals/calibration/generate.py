@@ -1,4 +1,4 @@
-"""What ``moe-lc eval calibrate --write`` writes, and ``--check`` compares: five files kept in step with the corpus.
+"""What ``moe-lc eval calibrate --write`` writes, and ``--check`` compares: six files kept in step with the corpus.
 
 Order matters: the memory overhead and the sustained tensor rates come from the measurements alone and are written
 first, because every memory and throughput estimate (and so every ratio, and the stated error) depends on them;
