@@ -446,7 +446,7 @@ def step_time(
                 terms[k] = terms.get(k, 0.0) + v - kind_time(key).get(k, 0.0)
         if r == c.pp - 1:
             logits = 3 * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
-            terms["logits"] = logits / _gemm_rate(gpu, "bf16")  # the output layer stays in BF16
+            terms["logits"] = logits / bf16_gemm  # the output layer stays in BF16
             for i in m.mtp_block_layers:  # each MTP depth runs the block's layers once
                 for k, v in kind_time((m.attention_layer_types[i], m.moe_layers[i])).items():
                     terms[k] = terms.get(k, 0.0) + v * ctx.mtp_layers

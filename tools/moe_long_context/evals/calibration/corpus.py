@@ -187,3 +187,21 @@ def load_corpus() -> Corpus:
             "calibration corpus: repeated point id " + next(i for i in ids if ids.count(i) > 1)
         )
     return Corpus(sources=sources, containers=containers, points=tuple(points))
+
+
+UNTYPICAL = frozenset({"known_regression", "not_tuned"})  # a run its source calls slow for another reason
+
+
+def typical_runs(corpus: Corpus) -> list[Point]:
+    """The runs a measured pair may use: from a container, with measured tokens/s, and not listed as slow for a
+    reason of their own (the sustained rates and NVFP4's rate are derived from pairs of them)."""
+    out = []
+    for p in corpus.points:
+        listed = p.listed.get("throughput")
+        if (
+            p.container is not None
+            and p.measured.tokens_per_s_per_gpu
+            and not (listed and listed.reason in UNTYPICAL)
+        ):
+            out.append(p)
+    return out

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from ...engine.sustained_rate import fp4_over_fp8_as
 from ...tools.estimate_throughput import estimate_throughput_config
-from .corpus import Corpus, Point
+from .corpus import Corpus, Point, typical_runs
 
 PRECISION_KEYS = (
     "precision",
@@ -25,7 +25,6 @@ PRECISION_KEYS = (
     "num_layers_at_start_in_bf16",
     "num_layers_at_end_in_bf16",
 )
-UNTYPICAL = ("known_regression", "not_tuned")  # a run its source calls slow for another reason
 MIN_PAIRS = 3
 
 
@@ -33,18 +32,16 @@ def measured_pairs(corpus: Corpus) -> list[tuple[Point, Point]]:
     """(MXFP8 run, NVFP4 run) of one model in one container on one GPU whose settings differ in nothing but the
     precision (and the BF16 edge layers that go with it)."""
     groups: dict[tuple, dict[str, Point]] = defaultdict(dict)
-    for p in corpus.points:
-        listed = p.listed.get("throughput")
-        if (
-            p.container is None
-            or not p.measured.tokens_per_s_per_gpu
-            or (listed and listed.reason in UNTYPICAL)
-        ):
-            continue
+    for p in typical_runs(corpus):
         rest = sorted((k, repr(v)) for k, v in p.config.items() if k not in PRECISION_KEYS)
         groups[(p.model, p.container, repr(rest))][p.config.get("precision", "bf16")] = p
     return sorted(((g["mxfp8"], g["nvfp4"]) for g in groups.values() if "mxfp8" in g and "nvfp4" in g),
                   key=lambda pair: pair[1].id)  # fmt: skip
+
+
+def measured_ratio(mxfp8: Point, nvfp4: Point) -> float:
+    """NVFP4 / MXFP8 tokens/s, measured."""
+    return nvfp4.measured.tokens_per_s_per_gpu / mxfp8.measured.tokens_per_s_per_gpu
 
 
 def _step_s(point: Point) -> float:
@@ -57,8 +54,7 @@ def _step_s(point: Point) -> float:
 def solve(mxfp8: Point, nvfp4: Point) -> float | None:
     """The FP4 / FP8 GEMM rate at which the estimated step ratio of the pair equals the measured one; None when
     no rate does (the rest of the NVFP4 step alone is already slower than the measured step)."""
-    measured = nvfp4.measured.tokens_per_s_per_gpu / mxfp8.measured.tokens_per_s_per_gpu
-    target = _step_s(mxfp8) / measured
+    target = _step_s(mxfp8) / measured_ratio(mxfp8, nvfp4)
     with fp4_over_fp8_as(1.0):
         at_1 = _step_s(nvfp4)
     with fp4_over_fp8_as(2.0):
@@ -79,7 +75,7 @@ def fp4_rate(corpus: Corpus) -> dict:
         x = solve(mx, nv)
         if x is not None:
             solved[nv.id] = round(x, 3)
-            measured[nv.id] = round(nv.measured.tokens_per_s_per_gpu / mx.measured.tokens_per_s_per_gpu, 3)
+            measured[nv.id] = round(measured_ratio(mx, nv), 3)
     if len(solved) < MIN_PAIRS:
         return {}
     return {

@@ -24,7 +24,7 @@ import yaml
 
 from ...memory.overhead import dispatcher_key
 from ...model.catalog import gpus
-from .corpus import Corpus, Point, load_corpus
+from .corpus import Corpus, Point, load_corpus, typical_runs
 from .evaluate import BANDS, UNITS, Row
 
 PERCENTILE = 0.90
@@ -159,15 +159,8 @@ def sustained_rate(corpus: Corpus) -> dict:
         return (p.model, p.container, repr(sorted(c.items())))
 
     by_settings: dict[tuple, dict[str, Point]] = defaultdict(dict)
-    untypical = ("known_regression", "not_tuned")  # a run its source calls slow for another reason
-    for p in corpus.points:
-        listed = p.listed.get("throughput")
-        if (
-            p.container is not None
-            and p.measured.tokens_per_s_per_gpu
-            and not (listed and listed.reason in untypical)
-        ):
-            by_settings[settings(p)][p.config["gpu"]] = p
+    for p in typical_runs(corpus):
+        by_settings[settings(p)][p.config["gpu"]] = p
     out: dict[str, dict] = {}
     for gpu, ultra in sorted(ULTRA_SIBLING.items()):
         pairs = [(g[ultra].measured.tokens_per_s_per_gpu / g[gpu].measured.tokens_per_s_per_gpu, g[gpu].id)
