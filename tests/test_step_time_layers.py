@@ -10,6 +10,7 @@ import pytest
 
 from moe_long_context.engine.config import TrainingConfig
 from moe_long_context.engine.context import build_context
+from moe_long_context.engine.representative import nemotron3_recipes
 from moe_long_context.engine.step_time import step_time
 from moe_long_context.engine.step_time_layers import bf16_edge_layers, mlp_elementwise_bytes
 from moe_long_context.engine.sustained_rate import fp4_over_fp8, fp4_over_fp8_as, fp4_table
@@ -119,3 +120,19 @@ def test_the_docs_quote_the_committed_rate():
             f"those pairs give ({quoted})" in text
             or f"those pairs give (`engine/fp4_rate.yaml`, {quoted}" in text
         ), doc
+
+
+def test_the_nvfp4_recipes_carry_their_presets_bf16_layers():
+    """Bridge 0.6.2 training/mixed_precision.py:421-442, as the precision reference quotes: the Super NVFP4 preset
+    keeps the last 14 layers in BF16, Ultra's the last 16, neither any at the start; other recipes set none."""
+    seen = set()
+    for recipe in nemotron3_recipes():
+        c = TrainingConfig(**recipe.config)
+        if c.precision == "nvfp4" and c.model in ("nemotron-3-super", "nemotron-3-ultra"):
+            end = {"nemotron-3-super": 14, "nemotron-3-ultra": 16}[c.model]
+            assert (c.first_last_layers_bf16, c.num_layers_at_start_in_bf16, c.num_layers_at_end_in_bf16) == (
+                True, 0, end), recipe.id  # fmt: skip
+            seen.add(c.model)
+        else:
+            assert not c.first_last_layers_bf16, recipe.id
+    assert seen == {"nemotron-3-super", "nemotron-3-ultra"}
