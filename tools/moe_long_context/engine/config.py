@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 # w3-b: the settings only Megatron Core's TransformerConfig / ModelParallelConfig checks read (TrainingConfig
 # carries them, the request models do not)
 from .config_mcore import TransformerConfigArgs
+from .config_peft import PeftArgs
 
 MAX_GPUS = 65536
 MAX_SEQ_LEN = 16 * 1024 * 1024
@@ -397,7 +398,7 @@ class TrainingRequestArgs(  # bases in reverse: pydantic lists the fields of the
     pick_recompute are this)."""
 
 
-class TrainingConfig(TransformerConfigArgs, TrainingRequestArgs):
+class TrainingConfig(PeftArgs, TransformerConfigArgs, TrainingRequestArgs):
     """A complete training configuration: every knob any tool reads (lint also reads TransformerConfigArgs)."""
 
 

@@ -25,7 +25,14 @@ from .step_time_hybrid import (
     latent_projection_flops_per_token,
     megatron_hybrid_flops_per_token,
 )
-from .step_time_layers import MLP_ELEMENTWISE_BYTES, bf16_edge_layers, mlp_elementwise_bytes
+from .step_time_layers import (
+    MLP_ELEMENTWISE_BYTES,
+    bf16_edge_layers,
+    gemm_passes,
+    lora_params_per_rank,
+    lora_traffic_bytes,
+    mlp_elementwise_bytes,
+)
 from .sustained_rate import fp4_over_fp8, sustained_fraction
 
 # Achieved fractions of dense peak, and link efficiencies. Rationale in ASSUMPTIONS.
@@ -320,9 +327,10 @@ def step_time(
     cache = spec_cache(m).setdefault("layer_times", {})
     knobs = (gpu.id, c.tp, c.cp, c.mbs, seq, sp, c.precision, lay.ep, lay.etp, c.dispatcher, c.ep_overlap,
              c.cp_comm_type, tuple(c.hierarchical_cp_sizes or ()), rc,
-             fp4_over_fp8() if c.precision == "nvfp4" else None)  # fmt: skip
+             fp4_over_fp8() if c.precision == "nvfp4" else None, c.peft, c.lora_dim, c.lora_target_modules)  # fmt: skip
     bf16_gemm = _gemm_rate(gpu, "bf16")
     edge = bf16_edge_layers(ctx)
+    passes = gemm_passes(ctx)
     kinds = cache.get(knobs)
     if kinds is None:
         if len(cache) > 20_000:
@@ -341,13 +349,15 @@ def step_time(
         attn_w, _ = attention_params(m, layer_type)
         shared, _, active, _ = mlp_params(m, is_moe, layer_type)
         t: dict[str, float] = {}
-        # GEMMs (fwd + 2x bwd = 3x fwd), sharded by TP (dense) and computed for local tokens.
-        dense_flops = 3 * 2 * tokens * (attn_w + shared) / c.tp
-        expert_flops = 3 * 2 * tokens_rank * (active + (h * m.num_experts if is_moe else 0)) if is_moe else 0
+        # GEMMs (fwd + 2x bwd = 3x fwd; LoRA: no wgrad of the frozen base, 2x), TP-sharded (dense), local tokens.
+        dense_flops = passes * 2 * tokens * (attn_w + shared) / c.tp
+        expert_flops = (
+            passes * 2 * tokens_rank * (active + (h * m.num_experts if is_moe else 0)) if is_moe else 0
+        )
         # with ETP = 1 each rank computes its own tokens' experts; ETP > 1 splits them further
         expert_flops = expert_flops * (c.tp if sp else 1) / (lay.etp * (c.tp if sp else 1)) if is_moe else 0
         # LatentMoE's projections: TP-replicated GEMMs on the rank's own (sequence-parallel) tokens
-        latent_flops = 3 * tokens_rank * latent_projection_flops_per_token(m) if is_moe else 0.0
+        latent_flops = passes * tokens_rank * latent_projection_flops_per_token(m) if is_moe else 0.0
         t["gemm"] = (dense_flops + latent_flops) / gemm + expert_flops / (gemm * GROUPED_GEMM_EFFICIENCY)
         core = _core_attention_flops_per_token(m, layer_type, seq) * tokens * 3 / c.tp
         rate = {"linear": gemm, "mamba": gpu.bf16_tflops * 1e12 * MAMBA_SCAN_EFFICIENCY}.get(
@@ -360,6 +370,9 @@ def step_time(
             + dense_mlp_bytes * tokens / c.tp
             + routed_bytes * tokens_rank / lay.etp
         ) / hbm
+        lora_token, lora_copy = lora_traffic_bytes(ctx, layer_type, is_moe)
+        if lora_token or lora_copy:  # the adapters' skinny GEMMs, bandwidth-bound
+            t["lora"] = (lora_token * tokens + lora_copy * tokens_rank * m.moe_router_topk) / hbm
         if c.tp > 1:
             volume = 4 * tokens * h * bytes_act * (c.tp - 1) / c.tp * (2 if shared or not is_moe else 1)
             t["tp_comm"] = volume / tp_bw * (1 - TP_OVERLAP)
@@ -399,7 +412,11 @@ def step_time(
 
     def _replay(rc, t, layer_type, is_moe, tokens, tokens_rank, gemm) -> dict[str, float]:
         """Forward work the recompute setting replays in backward, per label (one layer, one microbatch)."""
-        fwd = {k: v / 3 for k, v in t.items() if k in ("gemm", "attention", "memory_bound")}
+        fwd = {
+            k: v / (passes if k == "gemm" else 3)
+            for k, v in t.items()
+            if k in ("gemm", "attention", "memory_bound")
+        }
         fwd.update({k: t.get(k, 0.0) * share for k, share in COMM_FORWARD_SHARE.items()})
         if rc.granularity == "full":
             return {"recompute:full": sum(fwd.values()) * rc.full_share}
@@ -445,7 +462,7 @@ def step_time(
             for k, v in kind_time((*key, True)).items():
                 terms[k] = terms.get(k, 0.0) + v - kind_time(key).get(k, 0.0)
         if r == c.pp - 1:
-            logits = 3 * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
+            logits = passes * 2 * tokens * h * m.vocab_size * (1 + ctx.mtp_layers) / c.tp
             terms["logits"] = logits / bf16_gemm  # the output layer stays in BF16
             for i in m.mtp_block_layers:  # each MTP depth runs the block's layers once
                 for k, v in kind_time((m.attention_layer_types[i], m.moe_layers[i])).items():
@@ -493,7 +510,8 @@ def sync_seconds(ctx: Context, layers, offloaded_state_bytes: float) -> tuple[fl
     """(DP sync, optimizer step) seconds per step when the PP stage holding ``layers`` is the busiest: the
     exposed gradient reduce-scatter and parameter all-gather, and the optimizer's pass over its state."""
     c, lay, gpu = ctx.cfg, ctx.layout, ctx.gpu
-    dense_params, expert_params = _params_per_rank(ctx, layers)
+    trained = lora_params_per_rank if c.peft == "lora" else _params_per_rank  # a frozen base syncs nothing
+    dense_params, expert_params = trained(ctx, layers)
     dp_group = (lay.dp or 1) * c.cp
     dp_s = 0.0
     if dp_group > 1:

@@ -22,6 +22,7 @@ at most 1 GiB and its top-k in at most 2 GiB of scratch (``dsa_cudnn_kernels.py`
 from __future__ import annotations
 
 from ..engine.context import Context
+from ..model.lora import layer_adapters
 from ..model.params_hybrid import mamba_dims
 from . import activations
 from .activations import (
@@ -138,8 +139,36 @@ def hybrid_layer_inventory(ctx: Context, sh: Shard, layer_type: str, is_moe: boo
 def layer_inventory(ctx: Context, sh: Shard, index: int) -> list[Saved]:
     """Every saved tensor of decoder layer ``index``: this module's layer kinds, else activations.py's."""
     m = ctx.model
-    hybrid = hybrid_layer_inventory(ctx, sh, m.attention_layer_types[index], m.moe_layers[index])
-    return hybrid if hybrid is not None else activations.layer_inventory(ctx, sh, index)
+    layer_type, is_moe = m.attention_layer_types[index], m.moe_layers[index]
+    hybrid = hybrid_layer_inventory(ctx, sh, layer_type, is_moe)
+    saved = hybrid if hybrid is not None else activations.layer_inventory(ctx, sh, index)
+    return saved + lora_inventory(ctx, sh, layer_type, is_moe) if ctx.cfg.peft == "lora" else saved
+
+
+def lora_inventory(ctx: Context, sh: Shard, layer_type: str, is_moe: bool) -> list[Saved]:
+    """What LoRA adds to a layer's saved tensors. A frozen TE linear keeps no input (TE 2.14 saves it only when
+    the weight needs a gradient, ``backward_needs_input``); its adapter's linear_in keeps the same input instead,
+    whole over the sequence for a column-parallel base (the gathered norm output), and linear_out keeps the
+    rank-dim intermediate. So the change from full training is the gathered copy's other TP shards and the
+    intermediates; an MLP's adapters go with the MLP's recompute label."""
+    m, c = ctx.model, ctx.cfg
+    found: dict[tuple[str, frozenset[str]], float] = {}
+    for a in layer_adapters(m, layer_type, is_moe, c.lora_target_modules):
+        labels: frozenset[str] = frozenset()
+        if a.target in ("linear_fc1", "linear_fc2"):
+            labels = frozenset({"moe"} if a.kind == "expert" else {"moe", "shared_experts"}) if is_moe else (
+                frozenset({"mlp"}))  # fmt: skip
+        if a.kind == "expert":
+            rows = m.moe_router_topk * sh.etp * sh.seq_tokens  # routed copies, as the expert GEMMs see them
+            key = ("LoRA: rank-dim intermediates", labels)
+            found[key] = found.get(key, 0.0) + BF16 * c.lora_dim * rows
+            continue
+        if a.kind in ("column", "column_ln") and sh.seq_shards > 1:
+            key = ("LoRA: gathered inputs of column-parallel adapters (other TP shards)", labels)
+            found[key] = found.get(key, 0.0) + BF16 * a.in_features * (sh.tokens - sh.seq_tokens)
+        key = ("LoRA: rank-dim intermediates", labels)
+        found[key] = found.get(key, 0.0) + BF16 * c.lora_dim * sh.tokens
+    return [Saved(name, amount, removed_by=labels) for (name, labels), amount in found.items()]
 
 
 def assumptions(ctx: Context) -> list[str]:
@@ -164,5 +193,12 @@ def assumptions(ctx: Context) -> list[str]:
             "q, head weights, whole-sequence k, int64 top-k indices and, with CP (allgather), the gathered MLA "
             "latent K/V. Transient: the cuDNN backend's FP32 index-score chunk (<= 1 GiB) and top-k scratch "
             "(<= 2 GiB); the full [b, S/CP, S] scores are never kept."
+        )
+    if ctx.cfg.peft == "lora":
+        out.append(
+            "LoRA: frozen linears keep no input of their own; each adapter keeps the input its base would have kept, "
+            "gathered over the sequence-parallel ranks for a column-parallel base, and its rank-dim intermediate. "
+            "The inputs of frozen linears no adapter wraps (router, LatentMoE projections, output layer) are still "
+            "counted as in full training: an upper bound."
         )
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..engine.config import precision_is_quantized
 from ..engine.context import Context
+from ..model.lora import layer_adapters, mtp_adapters
 from ..model.params import LayerParams, layer_params, mtp_layer_params, position_embedding_params, spec_cache
 from .activations import BF16, FP32
 from .terms import Term
@@ -39,6 +40,16 @@ class RankParams:
     experts: float  # routed experts: distributed optimizer over EDP
     gemm: float  # GEMM weights (dense and expert) that FP8 compute caches quantized
     largest_layer: float = 0.0  # the largest decoder layer's share: one Megatron-FSDP unit, all-gathered
+    adapter_dense: float | None = None  # LoRA: trained adapter weights of TP-split layers (None: no LoRA)
+    adapter_experts: float = 0.0  # LoRA: the routed experts' shared adapters (sharded like experts)
+
+    @property
+    def trained(self) -> tuple[float, float]:
+        """(dense, expert) parameters with gradients and optimizer states: all of them, or LoRA's adapters (the
+        frozen base has neither: DDP and the optimizer skip parameters without requires_grad)."""
+        if self.adapter_dense is not None:
+            return self.adapter_dense, self.adapter_experts
+        return self.dense, self.experts
 
 
 def _layer_share(lp: LayerParams, tp: int, expert_shards: int) -> tuple[float, float, float]:
@@ -52,7 +63,7 @@ def rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, loss
     """Parameters on a rank holding decoder ``layers``, ``mtp`` MTP layers and the embedding / loss (kept per
     model for the sharding that decides them: the planner asks for the same ranks under many settings)."""
     c = ctx.cfg
-    key = (tuple(layers), mtp, embedding, loss, c.tp, c.ep * ctx.etp, padded_vocab(ctx))
+    key = (tuple(layers), mtp, embedding, loss, c.tp, c.ep * ctx.etp, padded_vocab(ctx), *lora_key(c))
     cache = spec_cache(ctx.model).setdefault("rank_params", {})
     found = cache.get(key)
     if found is None:
@@ -84,7 +95,26 @@ def _rank_params(ctx: Context, layers: list[int], mtp: int, embedding: bool, los
         dense += m.hidden_size * m.norm_params_per_width  # final norm
     if embedding and loss and m.tie_embeddings:
         dense -= table  # one shared table when the first stage is also the last
-    return RankParams(dense=dense, experts=experts, gemm=gemm, largest_layer=largest)
+    adapter_dense, adapter_experts = _adapter_params(ctx, layers, mtp)
+    return RankParams(dense, experts, gemm, largest, adapter_dense, adapter_experts)
+
+
+def lora_key(c) -> tuple:
+    return (c.lora_dim, c.lora_target_modules) if c.peft == "lora" else ()
+
+
+def _adapter_params(ctx: Context, layers: list[int], mtp: int) -> tuple[float | None, float]:
+    """(dense, expert) LoRA adapter weights on a rank holding these layers: zero without LoRA."""
+    m, c = ctx.model, ctx.cfg
+    if c.peft != "lora":
+        return None, 0.0
+    adapters = [a for i in layers for a in layer_adapters(m, m.attention_layer_types[i], m.moe_layers[i],
+                                                          c.lora_target_modules)]  # fmt: skip
+    if mtp:
+        adapters += list(mtp_adapters(m, c.lora_target_modules)) * m.mtp_weight_blocks(mtp)
+    dense = sum(a.params_per_rank(c.lora_dim, c.tp, ctx.etp) for a in adapters if a.kind != "expert")
+    experts = sum(a.params_per_rank(c.lora_dim, c.tp, ctx.etp) for a in adapters if a.kind == "expert")
+    return dense, experts
 
 
 def master_and_moment_bytes(ctx: Context) -> tuple[int, int]:
@@ -125,25 +155,30 @@ def static_terms(ctx: Context, p: RankParams) -> list[Term]:
     master, moments = master_and_moment_bytes(ctx)
     state = master + moments
     on_gpu = 1.0 - c.optimizer_cpu_offload_fraction
-    opt = (p.dense * state / d_dense + p.experts * state / d_exp) * on_gpu
-    params_m = total / 1e6
+    t_dense, t_exp = p.trained
+    opt = (t_dense * state / d_dense + t_exp * state / d_exp) * on_gpu
     if c.use_megatron_fsdp:
         return _fsdp_terms(ctx, p, d_dense, d_exp, grad, state, opt)
+    lora = p.adapter_dense is not None
+    adapters = t_dense + t_exp if lora else 0.0
+    trained_m = (t_dense + t_exp) / 1e6
     terms = [
-        Term("parameters", BF16 * total, _parameter_basis(ctx, total, p.gemm)),
+        Term("parameters", BF16 * (total + adapters), _parameter_basis(ctx, total, p.gemm)
+             + (f" + {adapters / 1e6:,.2f}M LoRA adapter params (rank {c.lora_dim})" if lora else "")),
         Term(
             "gradients",
-            grad * total,
-            f"{params_m:,.1f}M x {grad} B ({'FP32' if grad == FP32 else 'BF16'} main-gradient buffer)",
+            grad * (t_dense + t_exp),
+            f"{trained_m:,.1f}M x {grad} B ({'FP32' if grad == FP32 else 'BF16'} main-gradient buffer"
+            + (", LoRA adapters only: the base is frozen)" if lora else ")"),
         ),
         Term(
             "optimizer states",
             opt,
-            f"({master} B master + {moments} B Adam moments) x ({p.dense / 1e6:,.1f}M dense / {d_dense} "
-            f"+ {p.experts / 1e6:,.1f}M expert / {d_exp})"
+            f"({master} B master + {moments} B Adam moments) x ({t_dense / 1e6:,.1f}M dense / {d_dense} "
+            f"+ {t_exp / 1e6:,.1f}M expert / {d_exp})"
             + (f" x {on_gpu:g} kept on GPU" if on_gpu < 1 else ""),
         ),
-    ]
+    ]  # fmt: skip
     if precision_is_quantized(c.precision) and not c.fp8_param_gather:
         per = 1 if c.precision == "nvfp4" else 2
         terms.append(
@@ -162,10 +197,12 @@ def _fsdp_terms(ctx: Context, p: RankParams, d_dense: int, d_exp: int, grad: int
     over DP x CP, experts over EDP); each FSDP unit (a decoder layer) is all-gathered while it runs, and the next one
     is prefetched, so two units are whole on the GPU at a time."""
     share = p.dense / d_dense + p.experts / d_exp
+    t_dense, t_exp = p.trained
+    trained = t_dense / d_dense + t_exp / d_exp
     gathered = 2 * BF16 * p.largest_layer
     terms = [
         Term("parameters (Megatron-FSDP shard)", BF16 * share, f"{share / 1e6:,.1f}M params x 2 B"),
-        Term("gradients (Megatron-FSDP shard)", grad * share, f"{share / 1e6:,.1f}M x {grad} B"),
+        Term("gradients (Megatron-FSDP shard)", grad * trained, f"{trained / 1e6:,.1f}M x {grad} B"),
         Term(
             "optimizer states",
             opt,
@@ -204,7 +241,8 @@ def step_grad_copy_bytes(ctx: Context, p: RankParams) -> float:
     lay = ctx.layout
     d_dense = (lay.dp or 1) * c.cp if c.use_distributed_optimizer else 1
     d_exp = (lay.edp or 1) if c.use_distributed_optimizer else 1
-    return FP32 * (p.dense / d_dense + p.experts / d_exp) * (1.0 - c.optimizer_cpu_offload_fraction)
+    t_dense, t_exp = p.trained
+    return FP32 * (t_dense / d_dense + t_exp / d_exp) * (1.0 - c.optimizer_cpu_offload_fraction)
 
 
 def optimizer_assumption(ctx: Context) -> str:
@@ -225,6 +263,12 @@ def optimizer_assumption(ctx: Context) -> str:
         text += ", sharded over DP x CP (dense weights) and EDP (routed experts) by the distributed optimizer"
     else:
         text += ", not sharded (no distributed optimizer)"
+    if c.peft == "lora":
+        text += (
+            f"; LoRA (rank {c.lora_dim} on {', '.join(c.lora_target_modules)}): the base weights are frozen, so "
+            "only the adapters have gradients and optimizer states (Bridge peft/base.py freeze_model; MCore DDP and "
+            "the optimizer skip parameters without requires_grad)"
+        )
     if c.optimizer_cpu_offload_fraction:
         text += (
             f"; {c.optimizer_cpu_offload_fraction:.0%} of them on the CPU (HybridDeviceOptimizer; its GPU share keeps "

@@ -194,7 +194,12 @@ def require_seq_len(cfg: TrainingConfig) -> None:
 
 
 def estimate_memory(req: EstimateMemoryRequest) -> EstimateMemoryResult:
-    cfg = TrainingConfig(**req.model_dump(exclude_unset=True))
+    return estimate_memory_config(TrainingConfig(**req.model_dump(exclude_unset=True)))
+
+
+def estimate_memory_config(cfg: TrainingConfig) -> EstimateMemoryResult:
+    """estimate_memory of a full TrainingConfig: also what only a launch or recipe carries (LoRA, BF16 edge
+    layers), as lint's corrected config and the recipe tests read them."""
     require_seq_len(cfg)
     ctx = build_context(cfg)
     model = memory_model(ctx)

@@ -56,6 +56,7 @@ def _load_checks() -> None:
         mcore_config_more,
         moe,
         optimizer,
+        peft,
         pipeline,
         precision,
         providers,
