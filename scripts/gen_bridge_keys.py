@@ -5,8 +5,8 @@ Reads the unpacked wheels with ``ast`` only (megatron is never imported): the fi
 classes its annotation names (``Optional[X]``, ``X | Y``), over their base classes. The ``model`` section is
 the union over every model provider and transformer config the Bridge wheel defines (a recipe's
 ``cfg.model`` is one of them: GPT, MLA/DeepSeek, Qwen, Mamba/hybrid ...) and the classes the annotation
-names, so a key any provider has is accepted. Output: ``tools/moe_long_context/dialects/bridge_keys.json``
-(``{"sections": {section: {field: annotation}}, ...}``).
+names, so a key any provider has is accepted; the ``peft`` section likewise over every PEFT scheme.
+Output: ``tools/moe_long_context/dialects/bridge_keys.json`` (``{"sections": {section: {field: annotation}}, ...}``).
 
     python3 scripts/gen_bridge_keys.py --bridge build/conformance/bridge --mcore build/conformance/mcore
 """
@@ -162,6 +162,24 @@ def model_fields(src: Source) -> dict[str, str]:
     return out
 
 
+def peft_fields(src: Source) -> dict[str, str]:
+    """The union of fields over every PEFT scheme of megatron.bridge.peft (LoRA, DoRA, ...): a PEFT recipe's
+    ``cfg.peft`` is one of them, and its fields are what a ``peft.*`` override can set."""
+    out: dict[str, str] = {}
+    for module in sorted(m for m in src.paths if m.startswith("megatron.bridge.peft")):
+        tree = src.tree(module)
+        for node in tree.body if tree else []:
+            if (
+                isinstance(node, ast.ClassDef)
+                and _is_dataclass(node)
+                and _inherits(src, module, node, "PEFT")
+            ):
+                for name, annotation in fields_of(src, module, node).items():
+                    if not name.startswith("_"):  # the matcher's private caches
+                        out.setdefault(name, annotation)
+    return out
+
+
 def container_sections(src: Source) -> dict[str, dict[str, str]]:
     module = "megatron.bridge.training.config"
     found = src.find(module, "ConfigContainer")
@@ -175,7 +193,7 @@ def container_sections(src: Source) -> dict[str, dict[str, str]]:
         name = node.target.id
         if name.startswith("_"):
             continue
-        merged: dict[str, str] = model_fields(src) if name == "model" else {}
+        merged: dict[str, str] = {"model": model_fields, "peft": peft_fields}.get(name, lambda _: {})(src)
         for expr in _annotation_names(node.annotation):
             cls = src.resolve(module, expr)
             if cls:

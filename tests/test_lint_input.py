@@ -225,6 +225,8 @@ FIELD_VALUES = {
     "moe_router_load_balancing_type": ["aux_loss", "sinkhorn", ["seq_aux_loss", "global_aux_loss"]],
     "moe_aux_loss_coeff": [0.0, 0.001, [0.001, 0.0001]],
     "moe_router_pre_softmax": [True, False],
+    "peft": ["none", "lora"], "lora_dim": [32, 64],
+    "lora_target_modules": [["linear_qkv", "linear_proj"], ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]],
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from ..engine.config import TrainingConfig
 from ..engine.findings import Finding
 from ..engine.rules import finding
 from ..engine.rules.lm_args_features import lm_launch_findings
+from .bridge_peft import bridge_peft, peft_key
 from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
 from .lm_args import LM_ONLY_FLAGS, runs_pretrain
@@ -414,6 +415,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
         elif not (_special_bridge_more(u, key, keys) or _special_bridge(u, key, value, keys)):
             u.not_checked.append(key)
     _bridge_graph_switches(u, keys)
+    bridge_peft(u, keys)
     u.notes += bridge_checks(keys)
     u.notes += [c.finding for c in bridge_conflicts(keys)]
     return u
@@ -589,4 +591,6 @@ def _special_bridge_more(u: Understood, key: str, keys: dict[str, Any]) -> bool:
         value = keys.get("mixed_precision.grad_reduce_in_fp32", keys.get("ddp.grad_reduce_in_fp32"))
         u.set("grad_reduce_in_fp32", bool(value), key)
         return True
+    if section == "peft":
+        return peft_key(u, key, keys)
     return False

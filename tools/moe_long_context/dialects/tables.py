@@ -468,6 +468,10 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
         return {"model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": value}
     if special == "grad_reduce":
         return {"ddp.grad_reduce_in_fp32": value}
+    if (
+        special == "peft"
+    ):  # a LoRA object named by its target (its dim and target_modules are their own fields)
+        return {"peft": None} if value == "none" else {"peft._target_": "megatron.bridge.peft.lora.LoRA"}
     key = spec["bridge"].get("key")
     if key is None or special:
         return {}

@@ -1,0 +1,205 @@
+"""Bridge's LoRA (cfg.peft) in the engine: the adapters it places, what the frozen base keeps, the step it runs, the
+rule it must pass and how lint reads it. Values are worked by hand from Nemotron 3 Super's shapes (hidden 4096; Mamba
+128 heads x 64, 8 groups x 128 state; 32 query heads / 2 KV groups of 128; shared expert 5376, routed experts
+1024 -> 2688 latent, top-22; 40 Mamba, 8 attention and 40 MoE layers, MTP block "*E")."""
+
+from __future__ import annotations
+
+import pytest
+
+from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.engine.context import build_context
+from moe_long_context.engine.findings import Severity
+from moe_long_context.engine.representative import nemotron3_recipes
+from moe_long_context.engine.rules import run
+from moe_long_context.engine.step_time import step_time
+from moe_long_context.memory.activations import shard_of
+from moe_long_context.memory.hybrid_layers import lora_inventory
+from moe_long_context.memory.rank_memory import memory_model
+from moe_long_context.model.catalog import load_model
+from moe_long_context.model.lora import layer_adapters, mtp_adapters
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
+
+SIX = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj")
+SUPER_PEFT_16 = dict(
+    model="nemotron-3-super", gpu="h100", num_gpus=16, seq_len=2048, tp=8, ep=16, etp=1, sequence_parallel=True,
+    mbs=1, gbs=16, mtp_num_layers=2, packed_sequences=True, peft="lora", lora_target_modules=SIX,
+)  # fmt: skip
+
+
+def _params(adapters, tp=1, etp=1, dim=32):
+    return sum(a.params_per_rank(dim, tp, etp) for a in adapters)
+
+
+def test_super_adapters_per_layer_kind():
+    m = load_model("nemotron-3-super")
+    mamba = layer_adapters(m, "mamba", False, SIX)
+    assert [(a.target, a.in_features, a.out_features, a.kind) for a in mamba] == [
+        ("in_proj", 4096, 2 * 8192 + 2 * 8 * 128 + 128, "column_ln"),  # z, x, B, C, dt
+        ("out_proj", 8192, 4096, "row"),
+    ]
+    assert _params(mamba) == 32 * (4096 + 18560) + 32 * (8192 + 4096) == 1_118_208
+    attention = layer_adapters(m, "full", False, SIX)
+    assert [(a.target, a.out_features) for a in attention] == [
+        ("linear_qkv", 32 * 128 + 2 * 2 * 128),
+        ("linear_proj", 4096),
+    ]
+    moe = layer_adapters(m, "none", True, SIX)
+    assert [(a.target, a.in_features, a.out_features, a.kind) for a in moe] == [
+        ("linear_fc1", 4096, 5376, "column"), ("linear_fc1", 1024, 2688, "expert"),
+        ("linear_fc2", 5376, 4096, "row"), ("linear_fc2", 2688, 1024, "expert"),
+    ]  # fmt: skip
+    # the default targets leave the Mamba mixers alone
+    assert layer_adapters(m, "mamba", False, ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")) == ()
+
+
+def test_super_adapter_count_matches_the_verification_cards_checkpoint():
+    """Bridge r0.6.0's card (nemotron-3-super-120b-a12b/card.yaml:540-548) counts 82,304 LoRA tensors in the exported
+    adapter. In Hugging Face names each adapter is an A and a B tensor, linear_qkv splits into q/k/v (three of
+    each) and the shared grouped-expert adapter is written once per expert: 40 Mamba x 2 x 2 + 8 attention x (6 + 2)
+    + 40 MoE x (512 experts x 2 x 2 + shared 2 x 2). The decoder layers' adapters are those."""
+    m = load_model("nemotron-3-super")
+    per_kind = {}
+    for t, moe in zip(m.attention_layer_types, m.moe_layers, strict=True):
+        per_kind[(t, moe)] = per_kind.get((t, moe), 0) + 1
+    assert per_kind == {("mamba", False): 40, ("full", False): 8, ("none", True): 40}
+    tensors = 0
+    for (t, moe), n in per_kind.items():
+        for a in layer_adapters(m, t, moe, SIX):
+            tensors += n * {"linear_qkv": 6}.get(a.target, 2) * (m.num_experts if a.kind == "expert" else 1)
+    assert tensors == 82_304
+
+
+def test_super_peft_16_static_memory_by_hand():
+    ctx = build_context(TrainingConfig(**SUPER_PEFT_16))
+    rank = memory_model(ctx).peak_rank
+    terms = {t.name: t.bytes for t in rank.terms}
+    dense = (40 * 1_118_208 + 8 * 540_672 + 40 * 606_208) + (540_672 + 606_208)  # decoder + the one MTP block
+    experts = 40 * 237_568 + 237_568  # one adapter per EP rank and layer, whole at ETP 1
+    assert terms["gradients"] == 4 * (
+        dense / 8 + experts
+    )  # FP32 main grads (the recipe's grad_reduce_in_fp32)
+    assert terms["optimizer states"] == 12 * (
+        dense / 8 / 2 + experts / 1
+    )  # DP 2 for dense, EDP 1 for experts
+    full = memory_model(build_context(TrainingConfig(**{**SUPER_PEFT_16, "peft": "none"}))).peak_rank
+    base = {t.name: t.bytes for t in full.terms}["parameters"]
+    assert terms["parameters"] == base + 2 * (dense / 8 + experts)  # frozen BF16 weights plus the adapters
+    assert rank.total < 0.25 * full.total
+
+
+def test_lora_saved_tensors_by_hand():
+    """TP 8 with sequence parallelism: each column adapter keeps its input gathered over the 8 ranks (7 shards more
+    than the frozen base would), and every adapter its rank-32 intermediate."""
+    ctx = build_context(TrainingConfig(**SUPER_PEFT_16))
+    sh = shard_of(ctx)
+    gathered = 2 * 4096 * (2048 - 256)
+    mamba = {s.name: s.bytes for s in lora_inventory(ctx, sh, "mamba", False)}
+    assert mamba == {
+        "LoRA: gathered inputs of column-parallel adapters (other TP shards)": gathered,
+        "LoRA: rank-dim intermediates": 2 * (2 * 32 * 2048),
+    }
+    moe = {(s.name, s.removed_by): s.bytes for s in lora_inventory(ctx, sh, "none", True)}
+    shared = frozenset({"moe", "shared_experts"})
+    assert moe[("LoRA: gathered inputs of column-parallel adapters (other TP shards)", shared)] == gathered
+    assert moe[("LoRA: rank-dim intermediates", shared)] == 2 * (2 * 32 * 2048)
+    assert moe[("LoRA: rank-dim intermediates", frozenset({"moe"}))] == 2 * (
+        2 * 32 * 22 * 256
+    )  # routed copies
+    no_sp = build_context(TrainingConfig(**{**SUPER_PEFT_16, "tp": 1, "ep": 16, "sequence_parallel": False}))
+    names = {s.name for s in lora_inventory(no_sp, shard_of(no_sp), "mamba", False)}
+    assert names == {"LoRA: rank-dim intermediates"}  # no SP: the base's own input was whole already
+
+
+def test_lora_step_runs_two_gemm_passes_and_the_adapters_traffic():
+    lora = step_time(build_context(TrainingConfig(**SUPER_PEFT_16)))
+    full = step_time(build_context(TrainingConfig(**{**SUPER_PEFT_16, "peft": "none"})))
+    for key in (("mamba", False), ("full", False), ("none", True)):
+        assert lora.layer_terms[key]["gemm"] == pytest.approx(
+            full.layer_terms[key]["gemm"] * 2 / 3, rel=1e-12
+        )
+        assert lora.layer_terms[key]["attention"] == full.layer_terms[key]["attention"]
+        assert "lora" not in full.layer_terms[key]
+    ctx = build_context(TrainingConfig(**SUPER_PEFT_16))
+    per_token = 6 * (4096 + 18560 / 8) + 6 * (8192 / 8 + 4096)  # column in_proj, row out_proj
+    assert lora.layer_terms[("mamba", False)]["lora"] == pytest.approx(
+        per_token * 2048 / (ctx.gpu.hbm_bandwidth_tbps * 1e12), rel=1e-12
+    )
+    assert lora.terms["optimizer"] < full.terms["optimizer"] / 100  # only the adapters step
+    assert lora.model_flops_per_step == full.model_flops_per_step  # Bridge counts LoRA's model FLOPs as full
+
+
+def test_mtp_block_adapters_are_its_inner_layers():
+    m = load_model("nemotron-3-super")
+    assert [a.target for a in mtp_adapters(m, SIX)] == [
+        "linear_qkv", "linear_proj", "linear_fc1", "linear_fc1", "linear_fc2", "linear_fc2",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "fires"),
+    [
+        (dict(lora_dim=32), []),
+        (dict(lora_dim=20), ["TP=8"]),
+        (
+            dict(lora_dim=20, lora_target_modules=("linear_proj", "out_proj", "linear_fc2")),
+            [],
+        ),  # row bases only
+        (dict(lora_dim=36, tp=4, ep=4, etp=8, num_gpus=64), ["ETP=8"]),  # 36 % 4 == 0, 36 % 8 != 0
+    ],
+)
+def test_lora_rank_must_divide_the_column_adapters_split(changes, fires):
+    cfg = {**SUPER_PEFT_16, "num_gpus": 64, "ep": 8, **changes}
+    found = [f for f in run(build_context(TrainingConfig(**cfg))) if f.code == "LORA_DIM_TP"]
+    assert [f.severity for f in found] == [Severity.error] * len(fires)
+    for f, size in zip(found, fires, strict=True):
+        assert size in f.message and "peft.dim" in f.fix
+
+
+def test_unknown_target_is_refused_by_name():
+    with pytest.raises(
+        ValueError, match="lora_target_modules \\['q_proj'\\] not modelled: allowed module names"
+    ):
+        TrainingConfig(**{**SUPER_PEFT_16, "lora_target_modules": ["q_proj"]})
+
+
+OVERRIDES = [
+    "model.tensor_model_parallel_size=8", "model.expert_model_parallel_size=16", "model.sequence_parallel=true",
+    "model.seq_length=2048", "dataset.seq_length=2048", "train.global_batch_size=16", "peft.dim=32",
+    "peft.alpha=32", "peft.target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2,in_proj,out_proj]",
+]  # fmt: skip
+
+
+def _lint(overrides):
+    return lint_config(
+        LintConfigRequest(bridge_overrides=overrides, model="nemotron-3-super", gpu="h100", num_gpus=16)
+    )
+
+
+def test_lint_reads_a_peft_recipes_overrides_as_lora():
+    r = _lint(OVERRIDES)
+    assert r.effective_config["peft"] == "lora" and r.effective_config["lora_dim"] == 32
+    codes = [f.code for f in r.findings]
+    assert "BRIDGE_UNKNOWN_KEY" not in codes  # LoRA's own fields are keys of a PEFT recipe's cfg.peft
+    assert "LORA_MODELLED" in codes
+    assert [n.keys for n in r.not_checked] == [["peft.alpha"]]
+    assert r.corrected_memory.fits and r.corrected_memory.peak_gib < 40
+    full = _lint(OVERRIDES[:6])
+    assert not full.corrected_memory.fits  # the same layout trained in full does not fit
+
+
+def test_lint_leaves_other_peft_schemes_unread():
+    r = _lint([*OVERRIDES[:6], "peft._target_=megatron.bridge.peft.dora.DoRA", "peft.dim=16"])
+    assert r.effective_config.get("peft", "none") == "none"
+    assert any("DoRA not modelled" in " ".join(n.keys) + (n.requires or "") for n in r.not_checked), (
+        r.not_checked
+    )
+    unknown = _lint([*OVERRIDES[:6], "peft.rank=16"])
+    assert "BRIDGE_UNKNOWN_KEY" in [f.code for f in unknown.findings]
+
+
+def test_every_peft_recipe_carries_lora_on_the_six_targets():
+    peft = [lay for lay in nemotron3_recipes() if "_peft_" in lay.source]
+    assert len(peft) == 4
+    for lay in peft:
+        assert lay.config["peft"] == "lora" and tuple(lay.config["lora_target_modules"]) == SIX, lay.id

@@ -1,0 +1,41 @@
+"""Bridge's ``cfg.peft`` as override keys: a PEFT recipe's object overridden key by key, read as LoRA.
+
+Megatron-LM has no PEFT; ``peft.dim`` and ``peft.target_modules`` are dialect-table keys (lora_dim,
+lora_target_modules), the rest of a LoRA's fields (alpha, dropout, init methods) change neither memory nor time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Understood(Protocol):
+    """What launch.Understood offers this module (a protocol, so this module does not import launch)."""
+
+    fields: dict[str, Any]
+    not_checked: list[str]
+
+    def set(self, name: str, value: Any, source: str) -> None: ...
+
+
+def peft_key(u: Understood, key: str, keys: dict[str, Any]) -> bool:
+    """cfg.peft itself: null is full training; a peft=<text> override is not read (Bridge would keep the string,
+    no conversion). _target_ is read by bridge_peft; any other peft key the table does not map is not read."""
+    if key == "peft" and keys[key] is None:
+        u.set("peft", "none", key)
+        return True
+    return key == "peft._target_"
+
+
+def bridge_peft(u: Understood, keys: dict[str, Any]) -> None:
+    """Any peft.* key overrides a recipe's PEFT object: read as LoRA unless its _target_ names another scheme
+    (DoRA and canonical LoRA are not modelled, and then nothing of it is read)."""
+    peft_keys = [k for k in keys if k.startswith("peft.")]
+    if not peft_keys:
+        return
+    scheme = str(keys.get("peft._target_") or "LoRA").rsplit(".", 1)[-1]
+    if scheme != "LoRA":
+        u.fields = {k: v for k, v in u.fields.items() if k not in ("lora_dim", "lora_target_modules")}
+        u.not_checked.append(f"{', '.join(peft_keys)} (PEFT scheme {scheme} not modelled: LoRA only)")
+        return
+    u.set("peft", "lora", peft_keys[0])
