@@ -156,7 +156,9 @@ def _plan(rank: int, e: Evaluated, best: Evaluated | None, variants: list[Evalua
         for s in breakdown(ctx, mm)
     ]  # fmt: skip
     settings = {
-        k: v for k, v in c.model_dump(mode="json").items() if v != TrainingConfig.model_fields[k].default
+        k: v
+        for k, v in c.model_dump(mode="json").items()
+        if getattr(c, k) != TrainingConfig.model_fields[k].default
     }
     settings["model"] = ctx.model.id
     st = e.step
