@@ -247,17 +247,37 @@ def test_provider_errors_are_repaired_and_the_repair_lints_clean(model, override
 
 def test_attention_flops_use_each_layer_types_own_heads():
     """Core attention per token: 2 x heads x (d_qk + d_v) / 2 x keys. Gemma-4's sliding layers (16 heads of 256)
-    count their own shape over the window in time, and over the whole sequence in model FLOPs; its global layers
-    (16 heads of 512) twice the width."""
+    count their own shape over the window's mean causal context, 2W - W (W - 1) / T keys; its global layers
+    (16 heads of 512) twice the width over the whole sequence."""
     from moe_long_context.engine.step_time import layer_flops_per_token
 
     spec, seq = load_model("gemma-4-26b-a4b"), 131072
     sliding = layer_flops_per_token(spec, 0, seq) - layer_flops_per_token(spec, 0, 1)
-    assert sliding == 2 * 16 * 256 * (2 * 1024 - 1)  # the window caps the keys at 2 x 1024 (causal halving)
-    as_full = layer_flops_per_token(spec, 0, seq, sliding_as_full=True) - layer_flops_per_token(spec, 0, seq)
-    assert as_full == 2 * 16 * 256 * (seq - 2 * 1024)
+    assert sliding == pytest.approx(2 * 16 * 256 * (2 * 1024 - 1024 * 1023 / seq - 1), rel=1e-12)
     full = layer_flops_per_token(spec, 5, seq) - layer_flops_per_token(spec, 5, 1)
     assert full == 2 * 16 * 512 * (seq - 1)
+
+
+def test_model_flops_count_sliding_windows_as_bridge_does():
+    """Megatron Bridge 0.6.2 counts a sliding-window layer's core attention over its mean causal context
+    (flop_utils.py:1031-1043); Megatron-LM's training.py would count GPT-OSS's 18 windowed layers over the whole
+    4K sequence, 5 % more. By hand at 4096: 18 full + 18 windowed (W = 128) attention layers, 128 experts top-4 of
+    2880 x 2880 SwiGLU, logits over 201,088; the Bridge runs' own TFLOP/s / tokens/s give 32.58-32.63 GFLOP."""
+    from moe_long_context.engine.step_time import model_flops_per_token
+
+    spec, seq = load_model("gpt-oss-120b"), 4096
+    h, q, kv, w = 2880, 64 * 64, 8 * 64, 128
+    proj = h * (q + 2 * kv) + q * h
+    attention = 18 * (proj + q * seq) + 18 * (proj + q * (2 * w - w * (w - 1) / seq))
+    moe = 36 * (h * 128 + 4 * 3 * h * 2880)
+    by_hand = 3 * 2 * (attention + moe + h * 201088)
+    assert model_flops_per_token(spec, seq, 0) == pytest.approx(by_hand, rel=1e-3)
+    for tflops, tokens in (
+        (934, 28672),
+        (535, 16398),
+        (1077, 33017),
+    ):  # perf summary 26.08, cards GB200/GB300
+        assert model_flops_per_token(spec, seq, 0) == pytest.approx(tflops * 1e12 / tokens, rel=0.006)
 
 
 def test_gemma4_logit_softcapping_keeps_one_more_logits_tensor():

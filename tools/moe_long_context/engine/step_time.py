@@ -1,7 +1,8 @@
 """Analytic step-time model: how fast a layout trains, term by term, with its assumptions written down.
 
 Model FLOPs follow Megatron-LM's ``num_floating_point_operations`` (core_r0.19.0 training.py): 3 x 2 x
-tokens x (active linear weights) + the causal core-attention term, logits and MTP included; MFU and
+tokens x (active linear weights) + the causal core-attention term, logits and MTP included, with sliding-window
+layers over their window as Megatron Bridge's copy of it counts them (the runs it measures report); MFU and
 "model TFLOP/s per GPU" use them with Megatron Bridge's denominators (dense FP8 peak where the GPU has
 one). Time is what the busiest pipeline stage spends per microbatch - GEMMs at an achieved fraction of
 peak, flash attention, memory-bound work, exposed TP/CP/EP communication over NVLink or the network -
@@ -58,7 +59,8 @@ COMM_FORWARD_SHARE = {"tp_comm": 0.5, "cp_comm": 1 / 3, "ep_comm": 0.5}  # forwa
 
 ASSUMPTIONS = [
     "Model FLOPs: Megatron-LM num_floating_point_operations (3 x fwd, FMA = 2, causal core attention halved), "
-    "logits and MTP layers included; recompute adds hardware FLOPs but not model FLOPs.",
+    "logits and MTP layers included, sliding-window layers over their mean causal window as Megatron Bridge "
+    "counts them; recompute adds hardware FLOPs but not model FLOPs.",
     f"GEMMs reach {GEMM_EFFICIENCY['bf16']:.0%} of the BF16 peak, {GEMM_EFFICIENCY['fp8']:.0%} of the FP8 peak "
     f"(casts and amax included); expert grouped GEMMs {GROUPED_GEMM_EFFICIENCY:.0%} of that (small per-expert "
     "shapes). NVFP4 GEMMs, with their quantization, run at the multiple of the FP8 rate that measured NVFP4 / MXFP8 "
@@ -192,11 +194,16 @@ class StepTime:
 # --------------------------------------------------------------------------- FLOPs
 
 
-def _core_attention_flops_per_token(
-    spec: ModelSpec, layer_type: str, seq: int, window_as_full: bool = False
-) -> float:
-    """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving). ``window_as_full``
-    counts a sliding-window layer (with its own head shape) over the whole sequence, as model FLOPs do."""
+def _window_keys(window: int, seq: int) -> float:
+    """Twice the mean causal context of a query in a sliding-window layer (the core-attention formula halves its
+    keys): W - W (W - 1) / 2T when the window W is shorter than the sequence T, else T / 2, as Megatron Bridge
+    0.6.2 counts it (training/utils/flop_utils.py:1031-1043; Megatron-LM 0.19.2's training.py has no window term)."""
+    return 2 * window - window * (window - 1) / seq if window < seq else seq
+
+
+def _core_attention_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float:
+    """Forward FLOPs of QK^T and AV per token for one layer, causal (Megatron's halving); a sliding-window layer
+    (with its own head shape) over its window."""
     hybrid = hybrid_core_flops_per_token(spec, layer_type, seq)  # Mamba, DSA and MLP-only layers
     if hybrid is not None:
         return hybrid
@@ -211,18 +218,18 @@ def _core_attention_flops_per_token(
         width = (
             shape.num_attention_heads * (shape.head_dim + shape.value_dim) / 2
         )  # (QK^T + AV) x causal half
-    windowed = layer_type == "sliding" and spec.sliding_window and not window_as_full
-    keys = min(seq, 2 * spec.sliding_window) if windowed else seq
+    windowed = layer_type == "sliding" and spec.sliding_window
+    keys = _window_keys(spec.sliding_window, seq) if windowed else seq
     return 2 * width * keys
 
 
-def layer_flops_per_token(spec: ModelSpec, index: int, seq: int, sliding_as_full: bool = False) -> float:
+def layer_flops_per_token(spec: ModelSpec, index: int, seq: int) -> float:
     """Forward FLOPs per token of decoder layer ``index`` (linear layers and core attention)."""
     layer_type = spec.attention_layer_types[index]
     attn, _ = attention_params(spec, layer_type)
     shared, _, active, _ = mlp_params(spec, spec.moe_layers[index], layer_type)
     router = spec.hidden_size * spec.num_experts if spec.moe_layers[index] else 0
-    core = _core_attention_flops_per_token(spec, layer_type, seq, window_as_full=sliding_as_full)
+    core = _core_attention_flops_per_token(spec, layer_type, seq)
     latent = latent_projection_flops_per_token(spec) if spec.moe_layers[index] else 0.0
     return 2 * (attn + shared + active + router) + core + latent
 
@@ -246,10 +253,8 @@ def _model_flops_per_token(spec: ModelSpec, seq: int, mtp_layers: int) -> float:
         key = (spec.attention_layer_types[i], spec.moe_layers[i])
         kinds[key] = kinds.get(key, 0) + 1
         first.setdefault(key, i)
-    fwd = sum(
-        n * layer_flops_per_token(spec, first[key], seq, sliding_as_full=True) for key, n in kinds.items()
-    )
-    block = sum(layer_flops_per_token(spec, i, seq, sliding_as_full=True) for i in spec.mtp_block_layers)
+    fwd = sum(n * layer_flops_per_token(spec, first[key], seq) for key, n in kinds.items())
+    block = sum(layer_flops_per_token(spec, i, seq) for i in spec.mtp_block_layers)
     fwd += mtp_layers * (block + 2 * (2 * h * h))
     fwd += 2 * h * spec.vocab_size * (1 + mtp_layers)
     return 3 * fwd
