@@ -203,3 +203,29 @@ def test_every_peft_recipe_carries_lora_on_the_six_targets():
     assert len(peft) == 4
     for lay in peft:
         assert lay.config["peft"] == "lora" and tuple(lay.config["lora_target_modules"]) == SIX, lay.id
+
+
+def test_lora_is_written_as_hydra_adds_it_and_as_python_that_runs_on_either_recipe():
+    """Bridge applies overrides in Hydra's struct mode: a full-training recipe's peft is null and a LoRA recipe's
+    carries no _target_, so hydra-core 1.3.8 refuses 'peft._target_=...' on both and 'peft.dim=...' on null; '++'
+    (add or override) is accepted on both. The Python form keeps a recipe's LoRA and makes one where peft is None."""
+    from moe_long_context.dialects.overrides import bridge_override_list, bridge_python_snippet
+
+    cfg = TrainingConfig(
+        **{**SUPER_PEFT_16, "lora_dim": 64, "lora_target_modules": ("linear_qkv", "in_proj")}
+    )
+    overrides = bridge_override_list(cfg)
+    peft = [o for o in overrides if "peft" in o]
+    assert peft == [
+        "++peft._target_=megatron.bridge.peft.lora.LoRA", "++peft.dim=64", "++peft.target_modules=[linear_qkv,in_proj]",
+    ]  # fmt: skip
+    again = _lint(overrides)
+    assert (again.effective_config["peft"], again.effective_config["lora_dim"]) == ("lora", 64)
+    assert tuple(again.effective_config["lora_target_modules"]) == ("linear_qkv", "in_proj")
+    snippet = bridge_python_snippet(cfg).splitlines()
+    i = snippet.index("from megatron.bridge.peft.lora import LoRA")
+    assert snippet[i + 1 : i + 4] == [
+        "cfg.peft = cfg.peft or LoRA()", "cfg.peft.dim = 64", "cfg.peft.target_modules = ['linear_qkv', 'in_proj']",
+    ]  # fmt: skip
+    full = bridge_override_list(TrainingConfig(**{**SUPER_PEFT_16, "peft": "none"}))
+    assert not [o for o in full if "peft" in o]  # full training is the default: nothing written

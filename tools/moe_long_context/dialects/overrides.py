@@ -149,7 +149,13 @@ def bridge_python_snippet(cfg: TrainingConfig, recipe: str = "<your recipe>_conf
     """A short Python snippet applying the overrides to a Megatron Bridge recipe's ConfigContainer."""
     lines = ["# apply to a Megatron Bridge ConfigContainer, e.g. cfg = " + recipe]
     for key, value in bridge_overrides_for(cfg).items():
-        lines.append(f"cfg.{key} = {value!r}")
+        if (
+            key == "peft._target_"
+        ):  # a full-training recipe's peft is None: make the object, keep a recipe's LoRA
+            module, name = str(value).rsplit(".", 1)
+            lines += [f"from {module} import {name}", f"cfg.peft = cfg.peft or {name}()"]
+            continue
+        lines.append(f"cfg.{key} = {list(value) if isinstance(value, tuple) else value!r}")
     return "\n".join(lines)
 
 

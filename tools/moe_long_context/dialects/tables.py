@@ -513,11 +513,14 @@ def render_megatron(tokens: list[str], per_line: bool = True) -> str:
 def render_bridge(items: Mapping[str, Any]) -> list[str]:
     """Override items as Hydra reads them. Bridge applies them in Hydra's struct mode, which refuses a key the
     container does not have yet unless it is added: a key of a free section (env_vars) or below a field (a dict
-    such as dataset.dataset_kwargs.x) is written ``++key=value``, Hydra's add-or-override."""
+    such as dataset.dataset_kwargs.x) is written ``++key=value``, Hydra's add-or-override. So is every peft key:
+    a full-training recipe's peft is null and a LoRA's carries no _target_, so Hydra refuses peft._target_=... and,
+    from null, peft.dim=... (checked with hydra-core 1.3.8, the range Bridge 0.6.2 requires)."""
     return [f"{'++' if _added(key) else ''}{key}={hydra_value(value)}" for key, value in items.items()]
 
 
 def _added(key: str) -> bool:
     from .bridge_keys import free_sections
 
-    return key.count(".") >= 2 or key.split(".", 1)[0] in free_sections()
+    head = key.split(".", 1)[0]
+    return key.count(".") >= 2 or head in free_sections() or (head == "peft" and "." in key)
