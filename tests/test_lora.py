@@ -165,8 +165,8 @@ def test_unknown_target_is_refused_by_name():
 
 OVERRIDES = [
     "model.tensor_model_parallel_size=8", "model.expert_model_parallel_size=16", "model.sequence_parallel=true",
-    "model.seq_length=2048", "dataset.seq_length=2048", "train.global_batch_size=16", "peft.dim=32",
-    "peft.alpha=32", "peft.target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2,in_proj,out_proj]",
+    "model.seq_length=2048", "dataset.seq_length=2048", "train.global_batch_size=16", "++peft.dim=32",
+    "++peft.alpha=32", "++peft.target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2,in_proj,out_proj]",
 ]  # fmt: skip
 
 
@@ -189,7 +189,7 @@ def test_lint_reads_a_peft_recipes_overrides_as_lora():
 
 
 def test_lint_leaves_other_peft_schemes_unread():
-    r = _lint([*OVERRIDES[:6], "peft._target_=megatron.bridge.peft.dora.DoRA", "peft.dim=16"])
+    r = _lint([*OVERRIDES[:6], "++peft._target_=megatron.bridge.peft.dora.DoRA", "++peft.dim=16"])
     assert r.effective_config.get("peft", "none") == "none"
     assert any("DoRA not modelled" in " ".join(n.keys) + (n.requires or "") for n in r.not_checked), (
         r.not_checked
@@ -205,23 +205,27 @@ def test_every_peft_recipe_carries_lora_on_the_six_targets():
         assert lay.config["peft"] == "lora" and tuple(lay.config["lora_target_modules"]) == SIX, lay.id
 
 
-def test_lora_is_written_as_hydra_adds_it_and_as_python_that_runs_on_either_recipe():
-    """Bridge applies overrides in Hydra's struct mode: a full-training recipe's peft is null and a LoRA recipe's
-    carries no _target_, so hydra-core 1.3.8 refuses 'peft._target_=...' on both and 'peft.dim=...' on null; '++'
-    (add or override) is accepted on both. The Python form keeps a recipe's LoRA and makes one where peft is None."""
+def test_lora_is_written_as_bridge_applies_it_and_as_python_that_runs_on_either_recipe():
+    """Run on Bridge 0.6.2 with hydra-core 1.3.8: a PEFT recipe's LoRA is callable, so Bridge leaves it out of its
+    OmegaConf view and restores the object after the overrides; '++peft.dim=64' changes it in place, a plain
+    'peft.dim=64' is refused, and a '++peft._target_' would be dropped together with its fields. The override list
+    is therefore written for a PEFT recipe (no _target_); the Python form also builds a LoRA where peft is None."""
     from moe_long_context.dialects.overrides import bridge_override_list, bridge_python_snippet
 
     cfg = TrainingConfig(
         **{**SUPER_PEFT_16, "lora_dim": 64, "lora_target_modules": ("linear_qkv", "in_proj")}
     )
     overrides = bridge_override_list(cfg)
-    peft = [o for o in overrides if "peft" in o]
-    assert peft == [
-        "++peft._target_=megatron.bridge.peft.lora.LoRA", "++peft.dim=64", "++peft.target_modules=[linear_qkv,in_proj]",
-    ]  # fmt: skip
+    assert [o for o in overrides if "peft" in o] == [
+        "++peft.dim=64",
+        "++peft.target_modules=[linear_qkv,in_proj]",
+    ]
     again = _lint(overrides)
     assert (again.effective_config["peft"], again.effective_config["lora_dim"]) == ("lora", 64)
     assert tuple(again.effective_config["lora_target_modules"]) == ("linear_qkv", "in_proj")
+    assert not {"BRIDGE_PEFT_KEY_PLAIN", "BRIDGE_PEFT_OBJECT_RESTORED"} & {f.code for f in again.findings}
+    at_default = bridge_override_list(TrainingConfig(**{**SUPER_PEFT_16, "lora_target_modules": SIX}))
+    assert "++peft.dim=32" in at_default  # written even at LoRA's default: the recipe's own dim may differ
     snippet = bridge_python_snippet(cfg).splitlines()
     i = snippet.index("from megatron.bridge.peft.lora import LoRA")
     assert snippet[i + 1 : i + 4] == [
@@ -229,3 +233,19 @@ def test_lora_is_written_as_hydra_adds_it_and_as_python_that_runs_on_either_reci
     ]  # fmt: skip
     full = bridge_override_list(TrainingConfig(**{**SUPER_PEFT_16, "peft": "none"}))
     assert not [o for o in full if "peft" in o]  # full training is the default: nothing written
+
+
+def test_plain_peft_keys_are_refused_and_a_target_or_null_is_undone_on_a_peft_recipe():
+    plain = _lint([*OVERRIDES[:6], "peft.dim=16", "+peft.alpha=16"])
+    (refused,) = [f for f in plain.findings if f.code == "BRIDGE_PEFT_KEY_PLAIN"]
+    assert refused.severity == Severity.error and refused.keys == ["peft.dim"]  # '+' adds the key: accepted
+    assert "Could not override" in refused.message and refused.fix.startswith("Write ++peft.dim")
+    assert "++peft.dim=16" in plain.corrected
+    target = _lint([*OVERRIDES[:6], "++peft._target_=megatron.bridge.peft.lora.LoRA", "++peft.dim=16"])
+    codes = {f.code: f for f in target.findings}
+    assert "BRIDGE_UNKNOWN_KEY" not in codes and "BRIDGE_PEFT_KEY_PLAIN" not in codes
+    assert codes["BRIDGE_PEFT_OBJECT_RESTORED"].severity == Severity.warning
+    assert codes["BRIDGE_PEFT_OBJECT_RESTORED"].keys == ["peft._target_"]
+    null = _lint([*OVERRIDES[:6], "peft=null"])
+    assert null.effective_config["peft"] == "none"
+    assert [f.keys for f in null.findings if f.code == "BRIDGE_PEFT_OBJECT_RESTORED"] == [["peft"]]

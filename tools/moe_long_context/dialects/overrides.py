@@ -121,11 +121,12 @@ def megatron_args_for(
 def bridge_overrides_for(cfg: TrainingConfig) -> dict[str, Any]:
     """Bridge override keys for every engine setting that differs from Bridge's MoE recipe defaults."""
     items: dict[str, Any] = {}
-    for name in dialect_table()["fields"]:
+    for name, spec in dialect_table()["fields"].items():
         if not _written(name, cfg):
             continue
         value = getattr(cfg, name)
-        if value != TrainingConfig.model_fields[name].default or name == "precision":
+        required = name == "precision" or spec.get("bridge", {}).get("required", False)
+        if value != TrainingConfig.model_fields[name].default or required:
             items.update(bridge_items(name, value))
     if cfg.mtp_num_layers is not None:
         items["model.mtp_num_layers"] = cfg.mtp_num_layers
@@ -149,12 +150,9 @@ def bridge_python_snippet(cfg: TrainingConfig, recipe: str = "<your recipe>_conf
     """A short Python snippet applying the overrides to a Megatron Bridge recipe's ConfigContainer."""
     lines = ["# apply to a Megatron Bridge ConfigContainer, e.g. cfg = " + recipe]
     for key, value in bridge_overrides_for(cfg).items():
-        if (
-            key == "peft._target_"
-        ):  # a full-training recipe's peft is None: make the object, keep a recipe's LoRA
-            module, name = str(value).rsplit(".", 1)
-            lines += [f"from {module} import {name}", f"cfg.peft = cfg.peft or {name}()"]
-            continue
+        if key.startswith("peft.") and "cfg.peft = cfg.peft or LoRA()" not in lines:
+            # a full-training recipe's peft is None: make the object; a PEFT recipe's is kept
+            lines += ["from megatron.bridge.peft.lora import LoRA", "cfg.peft = cfg.peft or LoRA()"]
         lines.append(f"cfg.{key} = {list(value) if isinstance(value, tuple) else value!r}")
     return "\n".join(lines)
 

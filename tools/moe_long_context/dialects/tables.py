@@ -317,15 +317,26 @@ def _split_overrides(text: str) -> list[str]:
     return [i for i in items if i != "\\"]
 
 
-def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
-    """Parse Megatron Bridge 'key=value' overrides (dotted keys, lists as [a,b]) into {key: value}."""
+def _override_items(source: str | list[str]) -> list[str]:
     if isinstance(source, str):
         lines = [line.split("#", 1)[0] for line in source.replace("\\\n", " ").splitlines()]
-        items = _split_overrides(" ".join(lines))
-    else:
-        items = [s for s in source if s.strip()]
+        return _split_overrides(" ".join(lines))
+    return [s for s in source if s.strip()]
+
+
+def bridge_override_prefixes(source: str | list[str]) -> dict[str, str]:
+    """{key: its Hydra prefix ('', '+' or '++')}: whether an override may add a key struct mode lacks."""
+    out = {}
+    for item in _override_items(source):
+        key = item.strip().partition("=")[0].strip()
+        out[key.lstrip("+")] = key[: len(key) - len(key.lstrip("+"))]
+    return out
+
+
+def parse_bridge_overrides(source: str | list[str]) -> dict[str, Any]:
+    """Parse Megatron Bridge 'key=value' overrides (dotted keys, lists as [a,b]) into {key: value}."""
     out: dict[str, Any] = {}
-    for item in items:
+    for item in _override_items(source):
         item = item.strip().lstrip("+")
         if "=" not in item:
             raise InputError(
@@ -470,8 +481,8 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
         return {"ddp.grad_reduce_in_fp32": value}
     if (
         special == "peft"
-    ):  # a LoRA object named by its target (its dim and target_modules are their own fields)
-        return {"peft": None} if value == "none" else {"peft._target_": "megatron.bridge.peft.lora.LoRA"}
+    ):  # LoRA is written as its fields (++peft.dim, ++peft.target_modules) for a PEFT recipe
+        return {"peft": None} if value == "none" else {}
     key = spec["bridge"].get("key")
     if key is None or special:
         return {}
@@ -514,8 +525,8 @@ def render_bridge(items: Mapping[str, Any]) -> list[str]:
     """Override items as Hydra reads them. Bridge applies them in Hydra's struct mode, which refuses a key the
     container does not have yet unless it is added: a key of a free section (env_vars) or below a field (a dict
     such as dataset.dataset_kwargs.x) is written ``++key=value``, Hydra's add-or-override. So is every peft key:
-    a full-training recipe's peft is null and a LoRA's carries no _target_, so Hydra refuses peft._target_=... and,
-    from null, peft.dim=... (checked with hydra-core 1.3.8, the range Bridge 0.6.2 requires)."""
+    Bridge leaves a recipe's PEFT object (callable) out of its OmegaConf view and a full-training recipe's peft
+    is null, so no peft sub-key exists for a plain override (run on Bridge 0.6.2 with hydra-core 1.3.8)."""
     return [f"{'++' if _added(key) else ''}{key}={hydra_value(value)}" for key, value in items.items()]
 
 

@@ -15,6 +15,7 @@ from ..dialects.bridge_read import engine_reads
 from ..dialects.launch import Understood, understand_bridge, understand_megatron
 from ..dialects.shell import quote
 from ..dialects.tables import (
+    bridge_override_prefixes,
     flatten_config,
     load_config_object,
     megatron_flags,
@@ -88,7 +89,9 @@ def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
                 "bridge_overrides has no key=value item, e.g. model.context_parallel_size=8"
             )
         _refuse_wrong_types("bridge_overrides", keys)
-        return understand_bridge(_engine_keys(keys)), keys
+        understood = understand_bridge(_engine_keys(keys))
+        understood.notes += peft_override_findings(bridge_override_prefixes(source))
+        return understood, keys
     _refuse_non_launch("config", source)
     obj = load_config_object(source)
     keys = flatten_config(obj)
@@ -96,6 +99,34 @@ def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
         raise InputError.plain("config has no ConfigContainer section (model, train, optimizer, ...)")
     _refuse_wrong_types("config", keys)
     return understand_bridge(_engine_keys(keys)), obj
+
+
+def peft_override_findings(prefixes: dict[str, str]) -> list[Finding]:
+    """How Bridge 0.6.2 applies peft overrides (run with hydra-core 1.3.8): a plain peft.<field> is refused on
+    every recipe; on a PEFT recipe peft=null and peft._target_ are undone when Bridge restores its PEFT object."""
+    out = []
+    plain = [k for k, prefix in prefixes.items() if k.startswith("peft.") and not prefix]
+    if plain:
+        out.append(finding(
+            "BRIDGE_PEFT_KEY_PLAIN",
+            f"Hydra refuses {', '.join(plain)} (\"Could not override\"): a recipe's LoRA is left out of Bridge's "
+            "OmegaConf view (a PEFT object is callable) and a full-training recipe's peft is null, so there is "
+            "no such key to override.",
+            "Write " + ", ".join(f"++{k}" for k in plain) + " (Hydra's add-or-override).",
+            plain,
+        ))  # fmt: skip
+    undone = [k for k in ("peft", "peft._target_") if k in prefixes]
+    if undone:
+        out.append(finding(
+            "BRIDGE_PEFT_OBJECT_RESTORED",
+            f"{' and '.join(undone)} only takes effect on a full-training recipe: on a PEFT recipe Bridge puts "
+            "the recipe's PEFT object back after the overrides, so peft=null leaves LoRA on and a peft._target_ "
+            "is dropped with every peft key beside it. The engine read them as written.",
+            "For full training start from the model's SFT or pretrain recipe; on a PEFT recipe drop "
+            "peft._target_ and set its fields alone (++peft.dim=...).",
+            undone,
+        ))  # fmt: skip
+    return out
 
 
 def _refuse_wrong_types(name: str, keys: dict[str, Any]) -> None:
