@@ -113,7 +113,7 @@ $(CONF)/.ready: Makefile
 	rm -rf $(CONF)/venv $(CONF)/dl $(CONF)/mcore $(CONF)/bridge
 	$(PYTHON) -m venv $(CONF)/venv
 	$(CONF_PIP) install torch==2.13.0 numpy 'packaging>=24.2' einops pydantic pyyaml
-	$(CONF_PIP) install transformers==5.12.1 hydra-core==1.3.2 omegaconf==2.3.0
+	$(CONF_PIP) install transformers==5.12.1 hydra-core==1.3.8 omegaconf==2.3.0
 	$(CONF_PIP) download $(MCORE_WHEEL) $(BRIDGE_WHEEL) --no-deps --python-version 3.12 --only-binary=:all: -d $(CONF)/dl
 	$(CONF_PY) -m zipfile -e $(CONF)/dl/megatron_core-*.whl $(CONF)/mcore
 	$(CONF_PY) -m zipfile -e $(CONF)/dl/megatron_bridge-*.whl $(CONF)/bridge
@@ -124,6 +124,7 @@ conformance: $(CONF)/.ready
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.upstream_rules --megatron $(CONF)/mcore --bridge $(CONF)/bridge
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.run --megatron $(CONF)/mcore --bridge $(CONF)/bridge --out $(CONF)
+	PYTHONPATH=tools:. $(CONF_PY) -m conformance.corpus.peft_writeback --megatron $(CONF)/mcore --bridge $(CONF)/bridge
 	PYTHONPATH=tools:. $(CONF_PY) -m conformance.bridge_memory_peer --check --conformance $(CONF)
 
 # Regenerate the corpus of upstream launches (conformance/corpus/data) and upstream's verdicts: the Bridge recipes
