@@ -6,9 +6,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# Bridge's LoRA on an MoE model is in scope (SKILL.md); Hugging Face PEFT or a dense model is not (caught below)
 NEGATIVE = re.compile(
     r"\b(?:vllm|tensorrt[- ]llm|sglang|serv(?:e|ing)|inference|quantiz\w*|awq|gptq|deepspeed|zero-3|fsdp|"
-    r"jax|maxtext|tpu|peft|lora|hugging\s*face|transformers\b|pip\s+install|docker|bert)\b",
+    r"jax|maxtext|tpu|hugging\s*face|transformers\b|pip\s+install|docker|bert)\b",
     re.I,
 )
 DENSE = re.compile(r"\bdense\b|\bno\s+MoE\b", re.I)
