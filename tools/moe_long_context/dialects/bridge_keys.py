@@ -47,9 +47,8 @@ def unknown_bridge_key(key: str) -> tuple[bool, str | None]:
         return False, None
     if parts[1] in sections[section]:
         return False, None
-    if (
-        key == "peft._target_"
-    ):  # not a field: Bridge instantiates the class it names (omegaconf_utils.py:478-486)
+    # not a field: Bridge instantiates the class it names (omegaconf_utils.py:478-486)
+    if key == "peft._target_":
         return False, None
     return True, _closest(key, prefix=section + ".")
 

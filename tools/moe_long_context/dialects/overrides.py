@@ -149,10 +149,12 @@ def bridge_translation(cfg: TrainingConfig, fields: set[str]) -> dict[str, Any]:
 def bridge_python_snippet(cfg: TrainingConfig, recipe: str = "<your recipe>_config()") -> str:
     """A short Python snippet applying the overrides to a Megatron Bridge recipe's ConfigContainer."""
     lines = ["# apply to a Megatron Bridge ConfigContainer, e.g. cfg = " + recipe]
+    lora_made = False
     for key, value in bridge_overrides_for(cfg).items():
-        if key.startswith("peft.") and "cfg.peft = cfg.peft or LoRA()" not in lines:
+        if key.startswith("peft.") and not lora_made:
             # a full-training recipe's peft is None: make the object; a PEFT recipe's is kept
             lines += ["from megatron.bridge.peft.lora import LoRA", "cfg.peft = cfg.peft or LoRA()"]
+            lora_made = True
         lines.append(f"cfg.{key} = {list(value) if isinstance(value, tuple) else value!r}")
     return "\n".join(lines)
 

@@ -479,9 +479,8 @@ def bridge_items(field_name: str, value: Any) -> dict[str, Any]:
         return {"model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": value}
     if special == "grad_reduce":
         return {"ddp.grad_reduce_in_fp32": value}
-    if (
-        special == "peft"
-    ):  # LoRA is written as its fields (++peft.dim, ++peft.target_modules) for a PEFT recipe
+    # LoRA is written as its own fields (++peft.dim, ++peft.target_modules), for a PEFT recipe's object
+    if special == "peft":
         return {"peft": None} if value == "none" else {}
     key = spec["bridge"].get("key")
     if key is None or special:
