@@ -249,3 +249,22 @@ def test_plain_peft_keys_are_refused_and_a_target_or_null_is_undone_on_a_peft_re
     null = _lint([*OVERRIDES[:6], "peft=null"])
     assert null.effective_config["peft"] == "none"
     assert [f.keys for f in null.findings if f.code == "BRIDGE_PEFT_OBJECT_RESTORED"] == [["peft"]]
+
+
+def test_lint_keeps_the_modelled_targets_and_lists_the_others_as_not_checked():
+    """Bridge accepts any target_modules entry and only warns when one matches no module
+    (peft/module_matcher.py:195-209): lint models LoRA on the names it knows and says what it did not read."""
+    r = _lint([*OVERRIDES[:7], "++peft.target_modules=[q_proj,linear_qkv]"])
+    assert r.effective_config["peft"] == "lora" and r.effective_config["lora_target_modules"] == [
+        "linear_qkv"
+    ]
+    [entry] = [n for n in r.not_checked if n.keys == ["peft.target_modules"]]
+    assert entry.requires.startswith("q_proj: not a modelled module name")
+
+
+@pytest.mark.parametrize("targets", ["[q_proj]", "['*.linear_qkv']"])
+def test_lint_with_no_modelled_target_reads_no_lora_and_says_so(targets):
+    r = _lint([*OVERRIDES[:7], f"++peft.target_modules={targets}"])
+    assert r.effective_config["peft"] == "none"
+    [entry] = [n for n in r.not_checked if n.keys == ["peft.target_modules"]]
+    assert "no modelled module name" in entry.requires and "full training" in entry.requires

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..model.lora import LORA_TARGETS
+
 
 class Understood(Protocol):
     """What launch.Understood offers this module (a protocol, so this module does not import launch)."""
@@ -39,3 +41,31 @@ def bridge_peft(u: Understood, keys: dict[str, Any]) -> None:
         u.not_checked.append(f"{', '.join(peft_keys)} (PEFT scheme {scheme} not modelled: LoRA only)")
         return
     u.set("peft", "lora", peft_keys[0])
+    _known_targets(u, keys)
+
+
+def _known_targets(u: Understood, keys: dict[str, Any]) -> None:
+    """Keep the target_modules entries the engine models. Bridge accepts any name or wildcard pattern and only
+    warns when an entry matches no module (peft/module_matcher.py:195-209), so the others are not checked, not
+    refused; with none left the estimate cannot say what LoRA trains, and LoRA is not read."""
+    targets = u.fields.get("lora_target_modules")
+    if targets is None:
+        return
+    names = [targets] if isinstance(targets, str) else list(targets)
+    known = [n for n in names if n in LORA_TARGETS]
+    other = [n for n in names if n not in LORA_TARGETS]
+    if not other:
+        return
+    where = next((k for k in keys if k.endswith("peft.target_modules")), "peft.target_modules")
+    if known:
+        u.fields["lora_target_modules"] = known
+        u.not_checked.append(
+            f"{where} ({', '.join(map(str, other))}: not a modelled module name, which are {', '.join(LORA_TARGETS)}; "
+            "Bridge warns at build when an entry matches no module and trains no adapter for it)"
+        )
+        return
+    u.fields = {k: v for k, v in u.fields.items() if k not in ("peft", "lora_dim", "lora_target_modules")}
+    u.not_checked.append(
+        f"{where} ({', '.join(map(str, other))}: no modelled module name, which are {', '.join(LORA_TARGETS)}; LoRA is not "
+        "read, and memory and time are those of full training)"
+    )
