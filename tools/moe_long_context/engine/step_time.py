@@ -24,6 +24,7 @@ from .step_time_hybrid import (
     dsa_gathered_width,
     hybrid_core_flops_per_token,
     latent_projection_flops_per_token,
+    mamba_cp_exchange_bytes,
     megatron_hybrid_flops_per_token,
 )
 from .step_time_layers import (
@@ -365,10 +366,9 @@ def step_time(
         latent_flops = passes * tokens_rank * latent_projection_flops_per_token(m) if is_moe else 0.0
         t["gemm"] = (dense_flops + latent_flops) / gemm + expert_flops / (gemm * GROUPED_GEMM_EFFICIENCY)
         core = _core_attention_flops_per_token(m, layer_type, seq) * tokens * 3 / c.tp
-        rate = {"linear": gemm, "mamba": gpu.bf16_tflops * 1e12 * MAMBA_SCAN_EFFICIENCY}.get(
-            layer_type, attn_rate
-        )
-        t["attention"] = core / rate
+        scan_rate = gpu.bf16_tflops * 1e12 * MAMBA_SCAN_EFFICIENCY  # qualified by tools/step_mamba_split.py
+        rate = {"linear": gemm, "mamba": scan_rate}.get(layer_type, attn_rate)
+        t["mamba_scan" if layer_type == "mamba" else "attention"] = core / rate
         dense_mlp_bytes, routed_bytes = mlp_elementwise_bytes(m, is_moe, layer_type)
         t["memory_bound"] = (
             ELEMENTWISE_BYTES_PER_TOKEN_H * h * tokens_rank
@@ -405,6 +405,8 @@ def step_time(
                 seconds = volume / _group_bandwidth(gpu, ring, c.tp * a2a)
                 cost += seconds - min(t["attention"], seconds) * CP_OVERLAP
             t["cp_comm"] = cost
+        if c.cp > 1 and layer_type == "mamba":  # head-sharding all-to-alls around the conv and SSM
+            t["cp_comm"] = mamba_cp_exchange_bytes(m, tokens, c.tp, c.cp) / _group_bandwidth(gpu, c.cp, c.tp)
         if is_moe and ep_group > 1:
             # routed tokens travel at the latent width under LatentMoE (moe_token_width), else the hidden size
             inter, intra = ep_traffic(c.dispatcher, tokens_rank, m.moe_router_topk, m.moe_token_width,
@@ -420,15 +422,15 @@ def step_time(
         fwd = {
             k: v / (passes if k == "gemm" else 3)
             for k, v in t.items()
-            if k in ("gemm", "attention", "memory_bound")
+            if k in ("gemm", "attention", "mamba_scan", "memory_bound")
         }
         fwd.update({k: t.get(k, 0.0) * share for k, share in COMM_FORWARD_SHARE.items()})
         if rc.granularity == "full":
             return {"recompute:full": sum(fwd.values()) * rc.full_share}
         out: dict[str, float] = {}
         labels = rc.modules
-        if "core_attn" in labels and layer_type != "linear":
-            out["recompute:core_attn"] = fwd["attention"] + fwd["cp_comm"]
+        if "core_attn" in labels and layer_type not in ("linear", "mamba"):  # no core attention to replay
+            out["recompute:core_attn"] = fwd.get("attention", 0.0) + fwd["cp_comm"]
         if "mla_up_proj" in labels and m.is_mla:
             out["recompute:mla_up_proj"] = 2 * tokens * mla_up_weights(m) / c.tp / gemm
         shared, _, active, _ = mlp_params(m, is_moe)

@@ -95,6 +95,25 @@ def dsa_gathered_width(spec: ModelSpec) -> int:
     return (spec.kv_lora_rank or 0) + (spec.qk_pos_emb_head_dim or 0) + (spec.dsa_index_head_dim or 0)
 
 
+def mamba_cp_exchange_bytes(spec: ModelSpec, tokens: int, tp: int, cp: int, bytes_act: int = 2) -> float:
+    """Bytes a rank sends in one Mamba layer's CP all-to-alls per microbatch, forward and backward (not hidden:
+    the conv and SSM wait for them); ``tokens`` are the CP-local tokens of the microbatch."""
+    return 2 * tokens * mamba_cp_exchange_width(spec, tp, cp) * bytes_act * (cp - 1) / cp
+
+
+def mamba_cp_exchange_width(spec: ModelSpec, tp: int, cp: int) -> float:
+    """Elements per CP-local token one Mamba layer's CP all-to-alls carry per pass (its share of the in_proj
+    output z, x, B, C, dt to head sharding before the conv and SSM, and y back after them), per TP rank.
+
+    Megatron Core 0.19.2 ssm/mamba_context_parallel.py:140-211: B and C are repeated cp / (groups / tp) times
+    when the rank's groups are fewer than the CP ranks (:118-133), so each CP rank receives its heads' group
+    state; the backward runs the mirrored all-to-alls on the gradients."""
+    heads, _, d_inner, groups, state = mamba_dims(spec)
+    groups_tp = max(groups // tp, 1)
+    repeat = cp // groups_tp if groups_tp < cp else 1
+    return (3 * d_inner + heads) / tp + 2 * groups_tp * state * repeat
+
+
 def hybrid_core_flops_per_token(spec: ModelSpec, layer_type: str, seq: int) -> float | None:
     """Core (non-GEMM) forward FLOPs per token of one layer of these kinds; None for the other layer types."""
     if layer_type == "mamba":

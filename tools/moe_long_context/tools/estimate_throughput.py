@@ -19,6 +19,7 @@ from ..engine.step_time import ASSUMPTIONS, step_time
 from ..errors import InputError
 from .estimate_memory import ESTIMATE_FAMILIES, require_seq_len
 from .step_findings import dominant_term_findings
+from .step_mamba_split import mamba_split_findings
 
 
 class EstimateThroughputRequest(TrainingRequestArgs):
@@ -80,7 +81,7 @@ def estimate_throughput_config(cfg: TrainingConfig) -> EstimateThroughputResult:
             assumptions=assumptions, findings=findings, **coverage(cfg, ctx.model),
         )  # fmt: skip
     st = step_time(ctx)
-    findings = sort_findings(findings + dominant_term_findings(ctx, st))
+    findings = sort_findings(findings + dominant_term_findings(ctx, st) + mamba_split_findings(ctx, st))
     rate = st.tokens_per_step / st.step_s
     return EstimateThroughputResult(
         valid=True,

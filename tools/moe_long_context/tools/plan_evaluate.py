@@ -20,6 +20,7 @@ from .pick_recompute import CLEARED, Picker
 from .plan_bounds import OFFLOAD_LEVELS
 from .plan_models import Plan, PlanLayoutRequest, PlanMemory, PlanThroughput
 from .plan_search import Candidate, _settings, offload_settings
+from .step_mamba_split import mamba_split_findings
 
 
 @dataclass
@@ -178,7 +179,11 @@ def _plan(rank: int, e: Evaluated, best: Evaluated | None, variants: list[Evalua
         megatron_args=megatron_args_for(c, mtp_layers=ctx.mtp_layers),
         bridge_overrides=bridge_override_list(c),
         bridge_snippet=bridge_python_snippet(c),
-        findings=[f for f in sort_findings(e.findings) if f.code not in ("PARALLEL_FOLDING",)],
+        findings=[
+            f
+            for f in sort_findings(e.findings + mamba_split_findings(ctx, st))
+            if f.code not in ("PARALLEL_FOLDING",)
+        ],
         tied_with_top=tied,
         vpp_variants=[_variant(v) for v in variants],
     )
