@@ -263,9 +263,17 @@ def test_lint_keeps_the_modelled_targets_and_lists_the_others_as_not_checked():
     assert entry.requires.startswith("q_proj: not a modelled module name")
 
 
-@pytest.mark.parametrize("targets", ["[q_proj]", "['*.linear_qkv']"])
+@pytest.mark.parametrize("targets", ["[q_proj]", "['*.linear_qkv']", "5", "[]", "null"])
 def test_lint_with_no_modelled_target_reads_no_lora_and_says_so(targets):
     r = _lint([*OVERRIDES[:7], f"++peft.target_modules={targets}"])
     assert r.effective_config["peft"] == "none"
     [entry] = [n for n in r.not_checked if n.keys == ["peft.target_modules"]]
     assert "no modelled module name" in entry.requires and "full training" in entry.requires
+
+
+def test_an_empty_target_list_names_what_bridge_does_with_it():
+    """No entry at all: Bridge's matcher then takes every nn.Linear exclude_modules does not name
+    (peft/module_matcher.py:113-121), which the engine does not model; lint says so instead of refusing."""
+    r = _lint([*OVERRIDES[:7], "++peft.target_modules=[]"])
+    [entry] = [n for n in r.not_checked if n.keys == ["peft.target_modules"]]
+    assert entry.requires.startswith("empty, so Bridge's matcher takes every nn.Linear")

@@ -48,15 +48,17 @@ def _known_targets(u: Understood, keys: dict[str, Any]) -> None:
     """Keep the target_modules entries the engine models. Bridge accepts any name or wildcard pattern and only
     warns when an entry matches no module (peft/module_matcher.py:195-209), so the others are not checked, not
     refused; with none left the estimate cannot say what LoRA trains, and LoRA is not read."""
-    targets = u.fields.get("lora_target_modules")
-    if targets is None:
+    if "lora_target_modules" not in u.fields:
         return
-    names = [targets] if isinstance(targets, str) else list(targets)
+    targets = u.fields["lora_target_modules"]
+    names = [] if targets is None else list(targets) if isinstance(targets, list | tuple) else [targets]
     known = [n for n in names if n in LORA_TARGETS]
     other = [n for n in names if n not in LORA_TARGETS]
-    if not other:
+    if names and not other:
         return
     where = next((k for k in keys if k.endswith("peft.target_modules")), "peft.target_modules")
+    if not names:  # the matcher then takes every nn.Linear not excluded (peft/module_matcher.py:113-121)
+        other = ["empty, so Bridge's matcher takes every nn.Linear that exclude_modules does not name"]
     if known:
         u.fields["lora_target_modules"] = known
         u.not_checked.append(
