@@ -61,13 +61,16 @@ def _known_targets(u: Understood, keys: dict[str, Any]) -> None:
         other = ["empty, so Bridge's matcher takes every nn.Linear that exclude_modules does not name"]
     if known:
         u.fields["lora_target_modules"] = known
-        u.not_checked.append(
-            f"{where} ({', '.join(map(str, other))}: not a modelled module name, which are {', '.join(LORA_TARGETS)}; "
-            "Bridge warns at build when an entry matches no module and trains no adapter for it)"
+        verdict = (
+            "not a modelled module name",
+            "Bridge warns at build when an entry matches no module and trains no adapter for it",
         )
-        return
-    u.fields = {k: v for k, v in u.fields.items() if k not in ("peft", "lora_dim", "lora_target_modules")}
+    else:
+        u.fields = {k: v for k, v in u.fields.items() if k not in ("peft", "lora_dim", "lora_target_modules")}
+        verdict = (
+            "no modelled module name",
+            "LoRA is not read, and memory and time are those of full training",
+        )
     u.not_checked.append(
-        f"{where} ({', '.join(map(str, other))}: no modelled module name, which are {', '.join(LORA_TARGETS)}; LoRA is not "
-        "read, and memory and time are those of full training)"
+        f"{where} ({', '.join(map(str, other))}: {verdict[0]}, which are {', '.join(LORA_TARGETS)}; {verdict[1]})"
     )

@@ -19,6 +19,7 @@ from ..engine.context import Context
 from ..engine.findings import Finding
 from ..engine.rules import finding
 from ..engine.step_time import StepTime
+from .step_findings import tokens_per_s
 
 
 def mamba_split_findings(ctx: Context, st: StepTime) -> list[Finding]:
@@ -31,7 +32,6 @@ def mamba_split_findings(ctx: Context, st: StepTime) -> list[Finding]:
     microbatches = ctx.num_microbatches or 1
     extra = scan * st.pipeline_factor / microbatches  # the scan of split / 2 ways instead of split
     slow = st.step_s + extra
-    rate = st.tokens_per_step / st.step_s
     message = (
         f"The estimate divides the Mamba layers' SSD scan by TP x CP = {split} ({scan:.2f} s of the "
         f"{st.step_s:.2f} s step); measured TP 1 / TP 2 pairs of Nemotron 3 Super and Ultra did not speed up so. "
@@ -39,7 +39,7 @@ def mamba_split_findings(ctx: Context, st: StepTime) -> list[Finding]:
         f"({st.step_s / slow:.2f}x the tokens/s); splits beyond 2 ways are not measured."
     )
     fix = (
-        f"Read the throughput as {st.tokens_per_step / slow:,.0f}-{rate:,.0f} tokens/s; where memory allows, "
+        f"Read the throughput as {st.tokens_per_step / slow:,.0f}-{tokens_per_s(st):,.0f} tokens/s; where memory allows, "
         "a layout with TP x CP = 1 for the Mamba layers (more EP or DP) is not subject to it (plan_layout)."
     )
     return [finding("STEP_MAMBA_SPLIT_UNPROVEN", message, fix, ["tp", "cp"])]
