@@ -122,6 +122,12 @@ VALID_CALLS += [
         {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 16, "seq_len": 32768, "top_n": 1},
         {"evaluated": 1, "feasible": 1, "gbs": 256, "valid": True},
     ),
+    # LoRA rank 32 on Bridge's four targets: 30,277,632 adapter parameters (tests/test_lora_requests.py)
+    (
+        "estimate_memory",
+        {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 8, "seq_len": 4096, "ep": 8, "lora_dim": 32},
+        {"valid": True, "fits": True, "peak_gib": 46.948},
+    ),
 ]
 
 # (tool, arguments, words the isError text must contain)
@@ -138,6 +144,11 @@ BAD_CALLS = [
         ["sequnce_len", "did you mean 'seq_len'"],
     ),
     ("check_dp_budget", {"model": "dsv3"}, ["num_gpus is required"]),
+    (
+        "estimate_memory",
+        {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 8, "seq_len": 4096, "lora_target_modules": [1]},
+        ["lora_target_modules", "allowed module names are linear_qkv"],
+    ),
     (
         "check_dp_budget",
         {"model": "dsv3", "num_gpus": 8, "gpu": "a100"},

@@ -135,14 +135,23 @@ def test_the_verification_cards_overrides_make_the_16_gpu_recipes_fit(rid, overr
 
 
 def _jobs():
-    """One job per (model, GPU, GPU count, length, batch) of the full-training recipes that fit (plan_layout plans
-    full training; a LoRA recipe is judged as its config, lint reading its peft keys: test_lora.py)."""
+    """One job per (model, GPU, GPU count, length, batch, LoRA or not) of the recipes that fit; a PEFT recipe's
+    job is planned with its LoRA rank and targets."""
     jobs = {}
     for lay in RECIPES.values():
         c = lay.config
-        if lay.expect.fits and c.get("peft", "none") == "none":
-            jobs.setdefault((c["model"], c["gpu"], c["num_gpus"], c["seq_len"], c["gbs"]), lay)
+        if lay.expect.fits:
+            lora = c.get("peft", "none") == "lora"
+            jobs.setdefault((c["model"], c["gpu"], c["num_gpus"], c["seq_len"], c["gbs"], lora), lay)
     return jobs
+
+
+def _lora_of(config: dict) -> dict:
+    if config.get("peft", "none") != "lora":
+        return {}
+    # the recipe's BF16: under the planner's default FP8 the frozen base also keeps its quantized copies
+    return {"lora_dim": config.get("lora_dim", 32), "lora_target_modules": config["lora_target_modules"],
+            "precision": config["precision"]}  # fmt: skip
 
 
 JOBS = _jobs()
@@ -153,9 +162,14 @@ def test_plan_layout_answers_each_recipes_job_at_least_as_fast(job):
     """The recipe's own layout is among the plans, or the top plan is not slower than it beyond the step-time
     model's stated error (at the recipe's global batch)."""
     lay = JOBS[job]
-    model, gpu, num_gpus, seq_len, gbs = job
-    plans = plan_layout(PlanLayoutRequest(model=model, gpu=gpu, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs))
+    model, gpu, num_gpus, seq_len, gbs, lora = job
+    plans = plan_layout(
+        PlanLayoutRequest(
+            model=model, gpu=gpu, num_gpus=num_gpus, seq_len=seq_len, gbs=gbs, **_lora_of(lay.config)
+        )
+    )
     assert plans.valid and plans.plans, plans.no_plan_reason
+    assert all((p.settings.get("peft") == "lora") is lora for p in plans.plans)
     recipe = step_time(build_context(TrainingConfig(**lay.config)))
     layouts = {tuple(p.settings.get(k, 1) for k in ("tp", "cp", "pp", "ep")) for p in plans.plans}
     c = lay.config

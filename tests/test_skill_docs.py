@@ -33,6 +33,7 @@ from moe_long_context.engine.rules.recompute import INFORMAL_LABELS
 from moe_long_context.faces.registry import TOOLS
 from moe_long_context.model.catalog import gpu_ids, load_gpu, load_model, model_ids
 from moe_long_context.model.hf import supported_model_types
+from moe_long_context.model.lora import LORA_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL_NAME = "nemo-mbridge-perf-moe-long-context"
@@ -463,7 +464,7 @@ def _literal_values(annotation) -> set[str]:
 def vocabulary() -> set[str]:
     """Every name the engine, its tools and Megatron-LM's parser know."""
     words: set[str] = set(model_ids()) | set(gpu_ids()) | set(LAYOUTS) | set(rule_table())
-    words |= set(RECOMPUTE_MODULES) | set(CUDA_GRAPH_MODULES) | bridge_keys()
+    words |= set(RECOMPUTE_MODULES) | set(CUDA_GRAPH_MODULES) | bridge_keys() | set(LORA_TARGETS)
     for tool in TOOLS:
         words |= (
             {tool.name, f"moe-lc {tool.command}"}

@@ -275,7 +275,11 @@ def _overrides(result: PlanLayoutResult) -> str:
     ]
     for p in result.plans:
         bridge = shell_lines([[o] for o in p.bridge_overrides])
-        megatron = shell_lines(_flag_groups(p.megatron_args))
+        megatron = (
+            shell_lines(_flag_groups(p.megatron_args))
+            if p.megatron_args
+            else "# none: this plan trains LoRA, which Megatron-LM does not have"
+        )
         out.append(
             f"<h3>#{p.rank} {_e(p.layout)}</h3><div class='dialects'>"
             f"<div><b>Megatron Bridge overrides</b><pre class='bridge'>{_e(bridge)}</pre></div>"

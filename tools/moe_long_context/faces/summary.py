@@ -270,7 +270,10 @@ def _plan_layout(d: dict[str, Any]) -> list[str]:
     if d["plans"]:
         top = d["plans"][0]
         lines.append(f"#1 Bridge overrides (shell words): {shell_join(top['bridge_overrides'])}")
-        lines.append(f"#1 Megatron-LM args (shell words): {shell_join(top['megatron_args'])}")
+        if top["megatron_args"]:
+            lines.append(f"#1 Megatron-LM args (shell words): {shell_join(top['megatron_args'])}")
+        else:
+            lines.append("#1 Megatron-LM args: none, the plan trains LoRA and Megatron-LM has no LoRA")
     return lines
 
 

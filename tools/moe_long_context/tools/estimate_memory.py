@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ..engine.config import TrainingConfig, TrainingRequestArgs
+from ..engine.config_peft import LoraRequestArgs, lora_config
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import FAMILIES, finding, run
@@ -24,7 +25,7 @@ from ..memory.terms import GIB
 ESTIMATE_FAMILIES = tuple(family for family in FAMILIES if family not in ("launch", "memory"))
 
 
-class EstimateMemoryRequest(TrainingRequestArgs):
+class EstimateMemoryRequest(LoraRequestArgs, TrainingRequestArgs):
     """A complete training configuration to estimate per-rank memory for (seq_len is required)."""
 
 
@@ -194,7 +195,7 @@ def require_seq_len(cfg: TrainingConfig) -> None:
 
 
 def estimate_memory(req: EstimateMemoryRequest) -> EstimateMemoryResult:
-    return estimate_memory_config(TrainingConfig(**req.model_dump(exclude_unset=True)))
+    return estimate_memory_config(TrainingConfig(**lora_config(req.model_dump(exclude_unset=True))))
 
 
 def estimate_memory_config(cfg: TrainingConfig) -> EstimateMemoryResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ..engine.config import TrainingConfig, TrainingRequestArgs
+from ..engine.config_peft import LoraRequestArgs, lora_config
 from ..engine.context import build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import run
@@ -22,7 +23,7 @@ from .step_findings import dominant_term_findings
 from .step_mamba_split import mamba_split_findings
 
 
-class EstimateThroughputRequest(TrainingRequestArgs):
+class EstimateThroughputRequest(LoraRequestArgs, TrainingRequestArgs):
     """A complete training configuration (gpu and seq_len required) to estimate the step time of."""
 
 
@@ -56,7 +57,7 @@ class EstimateThroughputResult(Judged):
 
 
 def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputResult:
-    return estimate_throughput_config(TrainingConfig(**req.model_dump(exclude_unset=True)))
+    return estimate_throughput_config(TrainingConfig(**lora_config(req.model_dump(exclude_unset=True))))
 
 
 def estimate_throughput_config(cfg: TrainingConfig) -> EstimateThroughputResult:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..engine.config import RECOMPUTE_MODULES, TrainingConfig, TrainingRequestArgs, precision_is_quantized
+from ..engine.config_peft import LoraRequestArgs, lora_config
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, errors, has_errors, sort_findings
 from ..engine.rules import finding, run
@@ -53,7 +54,7 @@ RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_metho
 CLEARED = dict.fromkeys(RECOMPUTE_KEYS)
 
 
-class PickRecomputeRequest(TrainingRequestArgs):
+class PickRecomputeRequest(LoraRequestArgs, TrainingRequestArgs):
     """A complete training configuration (seq_len and gpu required); its recompute fields are replaced."""
 
     headroom: float = Field(
@@ -393,7 +394,7 @@ def overrides(
 
 
 def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
-    cfg = TrainingConfig(**req.model_dump(exclude_unset=True, exclude={"headroom"}))
+    cfg = TrainingConfig(**lora_config(req.model_dump(exclude_unset=True, exclude={"headroom"})))
     require_seq_len(cfg)
     if cfg.gpu is None:
         raise InputError("gpu", None, "a GPU catalog id (h100, h200, b200, b300, gb200, gb300): pick_recompute "

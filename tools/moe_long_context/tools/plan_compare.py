@@ -19,9 +19,12 @@ from .plan_search import _vpp_from_layout, seconds_per_token
 
 
 def published_for(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[Any]:
-    """Published layouts (engine/layouts.yaml) for this exact job: model, GPU, GPU count and length."""
+    """Published layouts (engine/layouts.yaml) for this exact job: model, GPU, GPU count and length. They are
+    full-training runs, so a LoRA job has none."""
     from ..engine.representative import representative_layouts
 
+    if req.lora_dim is not None:
+        return []
     job = (model.id, gpu.id, req.num_gpus, req.seq_len)
     return [
         layout

@@ -176,7 +176,7 @@ def _plan(rank: int, e: Evaluated, best: Evaluated | None, variants: list[Evalua
             terms_s={k: round(v, 4) for k, v in st.terms.items()},
         ),
         why=_why(e, best),
-        megatron_args=megatron_args_for(c, mtp_layers=ctx.mtp_layers),
+        megatron_args=[] if c.peft == "lora" else megatron_args_for(c, mtp_layers=ctx.mtp_layers),
         bridge_overrides=bridge_override_list(c),
         bridge_snippet=bridge_python_snippet(c),
         findings=[

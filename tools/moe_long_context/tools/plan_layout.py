@@ -18,12 +18,14 @@ from functools import partial
 from typing import Any
 
 from ..engine.config import TrainingConfig
+from ..engine.config_peft import lora_config
 from ..engine.rules.upstream import coverage
 from ..engine.stated_error import stated_error
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
+from ..model.lora import LORA_DEFAULT_TARGETS
 from .plan_compare import _compare, _references, _same_plan, as_plan, published_for
 from .plan_evaluate import Evaluated, _plan, evaluate, surely_fits
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
@@ -71,6 +73,7 @@ def search_inputs(req: PlanLayoutRequest):
     }
     if req.overhead_gib is not None:
         base["overhead_gib"] = req.overhead_gib
+    base.update(lora_config(_lora(req)))
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
     return model, gpu, base, gbs, source
@@ -194,6 +197,7 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         feasible=len(found),
         assumptions=[
             f"Global batch: {gbs} sequences for every plan and the published layout ({source}).",
+            *_lora_assumption(base),
             f"Candidates: TP a power of two up to min(NVLink domain, {MAX_TP}), CP powers of two the sequence and "
             "attention allow, PP every divisor of the world / (TP x CP) with a split Megatron accepts, VPP from "
             "{1, 2, 3, 4, 6, 8, 12}, EP powers of two dividing the experts, ETP 1, MBS 1 (and 2 up to 8K "
@@ -218,11 +222,26 @@ def _surely_fits(cand, model, gpu, req, base, cb, pickers, level: int) -> bool:
     return surely_fits(cand, model, gpu, req, base, cb.fractions[level], pickers)
 
 
+def _lora_assumption(base: dict[str, Any]) -> list[str]:
+    if base.get("peft") != "lora":
+        return []
+    targets = ", ".join(base.get("lora_target_modules") or LORA_DEFAULT_TARGETS)
+    return [
+        f"LoRA rank {base['lora_dim']} on {targets} in every plan (Bridge's peft; Megatron-LM has no LoRA): frozen "
+        "BF16 base weights without gradients or optimizer states. Published layouts are full-training runs and "
+        "are not compared."
+    ]
+
+
+def _lora(req: PlanLayoutRequest) -> dict[str, Any]:
+    return {"lora_dim": req.lora_dim, "lora_target_modules": req.lora_target_modules}
+
+
 def _inputs(req: PlanLayoutRequest, model: Any) -> TrainingConfig:
     """The request's own settings as a configuration (what not_checked is about: the plans are the engine's)."""
     given = {k: getattr(req, k) for k in ("precision", "dispatcher", "gbs") if getattr(req, k) is not None}
     return TrainingConfig(model=model.id if model.id != "custom" else req.model, num_gpus=req.num_gpus,
-                          seq_len=req.seq_len, launcher=req.launcher, **given)  # fmt: skip
+                          seq_len=req.seq_len, launcher=req.launcher, **given, **lora_config(_lora(req)))  # fmt: skip
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:
@@ -270,4 +289,11 @@ def _no_plan_reason(excluded: dict[str, int], enumerated: int, gbs: int, req: Pl
         )
     ranked = sorted(excluded.items(), key=lambda kv: (not kv[0].startswith("rule "), -kv[1]))
     counts = "; ".join(f"{k}: {v}" for k, v in ranked)
-    return f"no candidate passes every rule and fits the budget ({counts})"
+    reason = f"no candidate passes every rule and fits the budget ({counts})"
+    defaulted_fp8 = req.precision is None and default_precision(load_gpu(req.gpu)) != "bf16"
+    if defaulted_fp8 and any(k.startswith("memory") for k in excluded):
+        reason += (
+            "; the precision was left to the GPU's FP8 recipe, whose quantized weight copies sit beside the BF16 "
+            "weights (the FP8 weight cache): set precision bf16 to plan without them"
+        )
+    return reason

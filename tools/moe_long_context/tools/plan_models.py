@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..dialects.shell import quote
 from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
+from ..engine.config_peft import LoraRequestArgs
 from ..engine.findings import Finding, Judged
 
 # A safety limit on full evaluations (rules + memory + recompute + time) per request: the bounds end the search
@@ -15,7 +16,7 @@ from ..engine.findings import Finding, Judged
 MAX_EVALUATED = 2000
 
 
-class PlanLayoutRequest(_Args):
+class PlanLayoutRequest(LoraRequestArgs, _Args):  # bases in reverse order of the fields
     model: str | dict[str, Any] = Field(description="Catalog model id or a Hugging Face config.json object.")
     gpu: str = Field(description="GPU catalog id: h100, h200, b200, b300, gb200, gb300.")
     num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job.")
@@ -81,7 +82,10 @@ class Plan(BaseModel):
     memory: PlanMemory
     throughput: PlanThroughput
     why: list[str] = Field(description="What decides this plan's place in the ranking.")
-    megatron_args: list[str] = Field(description="Megatron-LM flags (architecture flags not included).")
+    megatron_args: list[str] = Field(
+        description="Megatron-LM flags (architecture flags not included); empty for a LoRA plan: Megatron-LM has no "
+        "LoRA."
+    )
     bridge_overrides: list[str] = Field(description="Megatron Bridge key=value overrides.")
     bridge_snippet: str = Field(
         description="Python applying the overrides to a Bridge recipe's ConfigContainer."
