@@ -191,8 +191,9 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
             "seq_len": facts.seq_len,
             "top_n": 3,
         }
-        if "gbs" in facts.fields:
-            args["gbs"] = facts.fields["gbs"]
+        args.update(
+            {k: facts.fields[k] for k in ("gbs", "lora_dim", "lora_target_modules") if k in facts.fields}
+        )
         if m := HEADROOM.search(question):
             args["overhead_gib"] = float(m.group(1) or m.group(2))
         r = await _run(session, report, "plan_layout", args)

@@ -43,6 +43,8 @@ LABEL_SEP = re.compile(r"[\s,`()\[\]'\"]+|\band\b")
 FENCED = re.compile(r"```[\w-]*\n(.*?)```", re.S)
 INFORMAL_LABELS = ("up_proj", "norm")
 GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+# the LoRA targets the engine places (model/lora.py LORA_TARGETS), as a question names them
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj")
 
 
 @dataclass
@@ -226,6 +228,13 @@ def _parse_settings(q: str, f: dict[str, Any], catalog: Catalog, facts: Facts) -
         f["cross_entropy_fusion"] = "te"
     if re.search(r"megatron-lm|pretrain_gpt", low):
         f["launcher"] = "megatron-lm"
+    # LoRA (Bridge's peft): the rank, Bridge's 32 when unstated, and the target linears named
+    if re.search(r"\blora\b", low) and not facts.config_text:
+        m = re.search(r"\brank\s*(?:of\s*)?(\d+)|\b(?:peft\.dim|lora_dim)\s*=?\s*(\d+)", low)
+        f["lora_dim"] = int(m.group(1) or m.group(2)) if m else 32
+        targets = [t for t in LORA_TARGETS if re.search(rf"(?<![\w-]){t}(?![\w-])", low)]
+        if targets:
+            f["lora_target_modules"] = targets
 
 
 def applies(question: str, facts: Facts) -> tuple[bool, str]:

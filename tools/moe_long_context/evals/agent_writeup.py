@@ -208,7 +208,12 @@ def write_plan(r: dict[str, Any]) -> list[str]:
     if r["plans"]:
         top = r["plans"][0]
         lines += ["", "Megatron Bridge overrides for plan #1:", "```", *top["bridge_overrides"], "```"]
-        lines += ["Megatron-LM flags for plan #1:", "```", shlex.join(top["megatron_args"]), "```"]
+        if top["megatron_args"]:
+            lines += ["Megatron-LM flags for plan #1:", "```", shlex.join(top["megatron_args"]), "```"]
+        else:
+            lines.append(
+                "No Megatron-LM launch for plan #1: it trains LoRA, which Megatron-LM does not have."
+            )
     return lines + findings_lines(r["findings"])
 
 
