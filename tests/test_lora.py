@@ -277,3 +277,38 @@ def test_an_empty_target_list_names_what_bridge_does_with_it():
     r = _lint([*OVERRIDES[:7], "++peft.target_modules=[]"])
     [entry] = [n for n in r.not_checked if n.keys == ["peft.target_modules"]]
     assert entry.requires.startswith("empty, so Bridge's matcher takes every nn.Linear")
+
+
+def _codes(r, severity: str = "error") -> list[str]:
+    return [f.code for f in r.findings if f.severity.value == severity]
+
+
+@pytest.mark.parametrize(
+    ("targets", "fires"),
+    [
+        (None, True),  # LoRA's default target_modules is four linears (peft/lora.py:101-103)
+        ("++peft.target_modules=[linear_qkv]", True),
+        (
+            "++peft.target_modules=[]",
+            False,
+        ),  # empty: the matcher takes every linear exclude_modules does not name
+    ],
+)
+def test_exclude_modules_next_to_target_modules_stops_the_run(targets, fires):
+    """Bridge 0.6.2 peft/module_matcher.py:141-142 asserts exclude_modules is empty when target_modules is not."""
+    overrides = [*OVERRIDES[:7], "++peft.exclude_modules=[linear_fc2]", *([targets] if targets else [])]
+    r = _lint(overrides)
+    assert ("PEFT_EXCLUDE_WITH_TARGETS" in _codes(r)) is fires
+    if fires:
+        [f] = [f for f in r.findings if f.code == "PEFT_EXCLUDE_WITH_TARGETS"]
+        assert "peft.exclude_modules" in f.keys and "++peft.target_modules=[]" in f.fix
+        assert not r.valid
+
+
+def test_normalize_moe_lora_comes_back_as_the_upstream_check_it_reaches():
+    """The engine does not read normalize_moe_lora; the inventory check it reaches (Bridge peft/utils.py:694, the
+    rank divisible by moe_router_topk) is listed under not_checked instead of 'not read'."""
+    r = _lint([*OVERRIDES[:7], "++peft.normalize_moe_lora=true"])
+    [entry] = [n for n in r.not_checked if n.keys == ["peft.normalize_moe_lora"]]
+    assert entry.id == "br-pu-002" and entry.source == "Bridge peft/utils.py:694"
+    assert "moe_router_topk" in entry.requires

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..model.lora import LORA_TARGETS
+from ..engine.findings import Finding
+from ..engine.rules import finding
+from ..model.lora import LORA_DEFAULT_TARGETS, LORA_TARGETS
 
 
 class Understood(Protocol):
@@ -16,6 +18,7 @@ class Understood(Protocol):
 
     fields: dict[str, Any]
     not_checked: list[str]
+    notes: list[Finding]
 
     def set(self, name: str, value: Any, source: str) -> None: ...
 
@@ -41,7 +44,36 @@ def bridge_peft(u: Understood, keys: dict[str, Any]) -> None:
         u.not_checked.append(f"{', '.join(peft_keys)} (PEFT scheme {scheme} not modelled: LoRA only)")
         return
     u.set("peft", "lora", peft_keys[0])
+    _exclude_with_targets(u, keys)
     _known_targets(u, keys)
+
+
+def _value(keys: dict[str, Any], name: str) -> tuple[str | None, Any]:
+    key = next((k for k in keys if k.endswith(f"peft.{name}")), None)
+    return key, keys.get(key) if key else None
+
+
+def _exclude_with_targets(u: Understood, keys: dict[str, Any]) -> None:
+    """Bridge's matcher asserts exclude_modules is empty whenever target_modules is not (peft/module_matcher.py:
+    141-142), and LoRA's target_modules defaults to four names (peft/lora.py:101-103): exclude_modules needs
+    target_modules set empty."""
+    excluded_key, excluded = _value(keys, "exclude_modules")
+    targets_key, targets = _value(keys, "target_modules")
+    if targets_key is None:
+        targets = list(LORA_DEFAULT_TARGETS)
+    if not excluded or not isinstance(excluded, list | tuple) or not targets:
+        return
+    named = f"{targets_key}={targets}" if targets_key else f"target_modules (LoRA's default {targets})"
+    u.notes.append(
+        finding(
+            "PEFT_EXCLUDE_WITH_TARGETS",
+            f"{excluded_key} is set next to {named}: Bridge's module matcher asserts 'exclude_modules should be "
+            "empty when using target_modules' when LoRA transforms the model, so the run stops there.",
+            "Either list the linears LoRA should wrap in target_modules and drop exclude_modules, or set "
+            "++peft.target_modules=[] to wrap every linear except those in exclude_modules.",
+            [k for k in (excluded_key, targets_key) if k],
+        )
+    )
 
 
 def _known_targets(u: Understood, keys: dict[str, Any]) -> None:
