@@ -291,12 +291,13 @@ def _codes(r, severity: str = "error") -> list[str]:
         (
             "++peft.target_modules=[]",
             False,
-        ),  # empty: the matcher takes every linear exclude_modules does not name
+        ),  # the matcher then takes every linear exclude_modules does not name
     ],
 )
-def test_exclude_modules_next_to_target_modules_stops_the_run(targets, fires):
+@pytest.mark.parametrize("excluded", ["[linear_fc2]", "linear_fc2"])  # a bare name stays a str: len() > 0 too
+def test_exclude_modules_next_to_target_modules_stops_the_run(targets, fires, excluded):
     """Bridge 0.6.2 peft/module_matcher.py:141-142 asserts exclude_modules is empty when target_modules is not."""
-    overrides = [*OVERRIDES[:7], "++peft.exclude_modules=[linear_fc2]", *([targets] if targets else [])]
+    overrides = [*OVERRIDES[:7], f"++peft.exclude_modules={excluded}", *([targets] if targets else [])]
     r = _lint(overrides)
     assert ("PEFT_EXCLUDE_WITH_TARGETS" in _codes(r)) is fires
     if fires:

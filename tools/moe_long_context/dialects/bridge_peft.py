@@ -61,7 +61,8 @@ def _exclude_with_targets(u: Understood, keys: dict[str, Any]) -> None:
     targets_key, targets = _value(keys, "target_modules")
     if targets_key is None:
         targets = list(LORA_DEFAULT_TARGETS)
-    if not excluded or not isinstance(excluded, list | tuple) or not targets:
+    sized = (str, list, tuple, dict)  # Bridge keeps the value as Hydra parsed it and takes its len()
+    if not (isinstance(excluded, sized) and excluded and isinstance(targets, sized) and targets):
         return
     named = f"{targets_key}={targets}" if targets_key else f"target_modules (LoRA's default {targets})"
     u.notes.append(
