@@ -150,3 +150,11 @@ def test_reference_agent_command(tmp_path):
     assert json.loads(transcript.read_text())["tool_calls"] == [] and "no tools used" in out.stdout
     empty = subprocess.run(cmd, input=" ", capture_output=True, text=True, env=env, check=False, timeout=60)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
+
+
+def test_the_reference_agent_reads_the_lora_targets_the_engine_places():
+    """The agent is an MCP client and keeps its own copy of the names; they must be the engine's."""
+    from moe_long_context.evals.agent_question import LORA_TARGETS as READ
+    from moe_long_context.model.lora import LORA_TARGETS
+
+    assert READ == LORA_TARGETS
