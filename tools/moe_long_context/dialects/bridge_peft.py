@@ -89,7 +89,7 @@ def _known_targets(u: Understood, keys: dict[str, Any]) -> None:
     other = [n for n in names if n not in LORA_TARGETS]
     if names and not other:
         return
-    where = next((k for k in keys if k.endswith("peft.target_modules")), "peft.target_modules")
+    where = _value(keys, "target_modules")[0] or "peft.target_modules"
     if not names:  # the matcher then takes every nn.Linear not excluded (peft/module_matcher.py:113-121)
         other = ["empty, so Bridge's matcher takes every nn.Linear that exclude_modules does not name"]
     if known:

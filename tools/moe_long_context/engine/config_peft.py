@@ -2,15 +2,14 @@
 
 lint reads it from Bridge overrides (``peft.dim``, ``peft.target_modules``) and a ConfigContainer's ``peft`` section;
 TrainingConfig carries it as ``peft``/``lora_dim``/``lora_target_modules`` (kept out of the schemas). The estimating
-and planning requests take ``LoraRequestArgs``: one switch, ``lora_dim`` set means LoRA, which ``lora_config`` turns
-into TrainingConfig's fields.
+and planning requests take ``config.LoraRequestArgs`` instead: one switch, ``lora_dim`` set means LoRA.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from ..model.lora import LORA_DEFAULT_TARGETS, LORA_TARGETS
@@ -53,52 +52,3 @@ def known_targets(value: Any) -> tuple[str, ...]:
             f"{', '.join(LORA_TARGETS)} (no wildcards, no exclude_modules)"
         )
     return tuple(dict.fromkeys(names))
-
-
-class LoraRequestArgs(BaseModel):
-    """LoRA as the estimating and planning tools take it: Bridge's ``LoRA`` with rank ``lora_dim``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    lora_dim: int | None = Field(
-        default=None,
-        ge=1,
-        le=65536,
-        description="LoRA rank (Bridge peft.dim): the base weights frozen, rank-lora_dim adapters trained on "
-        "lora_target_modules. Unset: full training.",
-    )
-    lora_target_modules: tuple[str, ...] | None = Field(
-        default=None,
-        description="Linears LoRA wraps (Bridge peft.target_modules), from linear_qkv, linear_proj, linear_fc1, "
-        "linear_fc2, in_proj, out_proj. Unset: Bridge's default, the first four; Bridge's Nemotron-H PEFT "
-        "recipes add in_proj and out_proj.",
-    )
-
-    @field_validator("lora_target_modules", mode="before")
-    @classmethod
-    def _known_targets(cls, value):
-        if isinstance(value, str):  # 'a,b' or 'a b', as the CLI and agents pass the other lists
-            value = value.replace(",", " ").split()
-        return None if value is None else known_targets(value)
-
-    @model_validator(mode="after")
-    def _targets_need_a_rank(self):
-        if self.lora_target_modules is not None and self.lora_dim is None:
-            raise ValueError(
-                "lora_target_modules needs lora_dim: set the LoRA rank (e.g. 32), or leave both unset"
-            )
-        if self.lora_dim is not None and getattr(self, "launcher", "bridge") == "megatron-lm":
-            raise ValueError(
-                "lora_dim needs launcher bridge: Megatron-LM has no LoRA (leave lora_dim unset for it)"
-            )
-        return self
-
-
-def lora_config(data: dict[str, Any]) -> dict[str, Any]:
-    """A request's fields as TrainingConfig's: lora_dim set means peft lora; unset or null, full training."""
-    out = {k: v for k, v in data.items() if k not in ("lora_dim", "lora_target_modules")}
-    if data.get("lora_dim") is not None:
-        out.update(peft="lora", lora_dim=data["lora_dim"])
-        if data.get("lora_target_modules") is not None:
-            out["lora_target_modules"] = data["lora_target_modules"]
-    return out

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..engine.config import TrainingConfig, TrainingRequestArgs
-from ..engine.config_peft import LoraRequestArgs, lora_config
+from ..engine.config import LoraRequestArgs, TrainingConfig, TrainingRequestArgs, lora_config
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, has_errors, sort_findings
 from ..engine.rules import FAMILIES, finding, run

@@ -18,8 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..engine.config import RECOMPUTE_MODULES, TrainingConfig, TrainingRequestArgs, precision_is_quantized
-from ..engine.config_peft import LoraRequestArgs, lora_config
+from ..engine.config import (
+    RECOMPUTE_MODULES,
+    LoraRequestArgs,
+    TrainingConfig,
+    TrainingRequestArgs,
+    lora_config,
+    precision_is_quantized,
+)
 from ..engine.context import Context, build_context
 from ..engine.findings import Finding, Judged, errors, has_errors, sort_findings
 from ..engine.rules import finding, run

@@ -17,8 +17,7 @@ import heapq
 from functools import partial
 from typing import Any
 
-from ..engine.config import TrainingConfig
-from ..engine.config_peft import lora_config
+from ..engine.config import TrainingConfig, lora_config
 from ..engine.rules.upstream import coverage
 from ..engine.stated_error import stated_error
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
@@ -26,6 +25,7 @@ from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
 from ..model.lora import LORA_DEFAULT_TARGETS
+from ..model.specs import GpuSpec
 from .plan_compare import _compare, _references, _same_plan, as_plan, published_for
 from .plan_evaluate import Evaluated, _plan, evaluate, surely_fits
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
@@ -73,7 +73,7 @@ def search_inputs(req: PlanLayoutRequest):
     }
     if req.overhead_gib is not None:
         base["overhead_gib"] = req.overhead_gib
-    base.update(lora_config(_lora(req)))
+    base.update(_lora(req))
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
     return model, gpu, base, gbs, source
@@ -178,7 +178,7 @@ def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         )
         for i, g in enumerate(groups[: req.top_n])
     ]
-    reason = None if plans else _no_plan_reason(excluded, len(enumerated), gbs, req)
+    reason = None if plans else _no_plan_reason(excluded, len(enumerated), gbs, req, gpu)
     return PlanLayoutResult(
         valid=bool(plans),
         gbs=gbs,
@@ -234,14 +234,15 @@ def _lora_assumption(base: dict[str, Any]) -> list[str]:
 
 
 def _lora(req: PlanLayoutRequest) -> dict[str, Any]:
-    return {"lora_dim": req.lora_dim, "lora_target_modules": req.lora_target_modules}
+    """The request's LoRA as TrainingConfig's fields (none for full training)."""
+    return lora_config({"lora_dim": req.lora_dim, "lora_target_modules": req.lora_target_modules})
 
 
 def _inputs(req: PlanLayoutRequest, model: Any) -> TrainingConfig:
     """The request's own settings as a configuration (what not_checked is about: the plans are the engine's)."""
     given = {k: getattr(req, k) for k in ("precision", "dispatcher", "gbs") if getattr(req, k) is not None}
     return TrainingConfig(model=model.id if model.id != "custom" else req.model, num_gpus=req.num_gpus,
-                          seq_len=req.seq_len, launcher=req.launcher, **given, **lora_config(_lora(req)))  # fmt: skip
+                          seq_len=req.seq_len, launcher=req.launcher, **given, **_lora(req))  # fmt: skip
 
 
 def _count(excluded: dict[str, int], reason: str, n: int = 1) -> None:
@@ -281,7 +282,9 @@ def _group_rank(e: Evaluated | None, groups: list[list[Evaluated]]) -> int | Non
     return 1 + sum(1 for g in groups if _group_key(g[0]) != own and seconds_per_token(g[0].step) < t)
 
 
-def _no_plan_reason(excluded: dict[str, int], enumerated: int, gbs: int, req: PlanLayoutRequest) -> str:
+def _no_plan_reason(
+    excluded: dict[str, int], enumerated: int, gbs: int, req: PlanLayoutRequest, gpu: GpuSpec
+) -> str:
     if not excluded and not enumerated:
         return (
             f"no TP x CP x PP and EP x PP factor {req.num_gpus} GPUs for this model at {req.seq_len} tokens "
@@ -290,7 +293,7 @@ def _no_plan_reason(excluded: dict[str, int], enumerated: int, gbs: int, req: Pl
     ranked = sorted(excluded.items(), key=lambda kv: (not kv[0].startswith("rule "), -kv[1]))
     counts = "; ".join(f"{k}: {v}" for k, v in ranked)
     reason = f"no candidate passes every rule and fits the budget ({counts})"
-    defaulted_fp8 = req.precision is None and default_precision(load_gpu(req.gpu)) != "bf16"
+    defaulted_fp8 = req.precision is None and default_precision(gpu) != "bf16"
     if defaulted_fp8 and any(k.startswith("memory") for k in excluded):
         reason += (
             "; the precision was left to the GPU's FP8 recipe, whose quantized weight copies sit beside the BF16 "

@@ -7,8 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..dialects.shell import quote
-from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, Precision, _Args
-from ..engine.config_peft import LoraRequestArgs
+from ..engine.config import MAX_GPUS, MAX_SEQ_LEN, Dispatcher, LoraRequestArgs, Precision, _Args
 from ..engine.findings import Finding, Judged
 
 # A safety limit on full evaluations (rules + memory + recompute + time) per request: the bounds end the search
