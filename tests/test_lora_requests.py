@@ -29,6 +29,7 @@ from moe_long_context.tools.estimate_throughput import (
     estimate_throughput,
     estimate_throughput_config,
 )
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 from moe_long_context.tools.pick_recompute import PickRecomputeRequest, pick_recompute
 from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
 
@@ -136,3 +137,21 @@ async def test_over_mcp_a_bad_lora_field_is_a_tool_error_the_agent_can_read():
     assert result.is_error
     text = result.content[0].text
     assert "lora_target_modules needs lora_dim" in text and "Traceback" not in text
+
+
+def test_a_lora_plans_bridge_overrides_lint_back_to_the_same_lora_and_peak():
+    """A plan is a deliverable: its overrides, read back by lint, are valid, train the same LoRA and give the
+    plan's own peak."""
+    targets = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj"]
+    job = dict(model="nemotron-3-super", gpu="h100", num_gpus=16, seq_len=2048, gbs=16)
+    plans = plan_layout(PlanLayoutRequest(**job, lora_dim=32, lora_target_modules=targets, top_n=3))
+    for plan in plans.plans:
+        linted = lint_config(
+            LintConfigRequest(
+                bridge_overrides=plan.bridge_overrides, model=job["model"], gpu="h100", num_gpus=16
+            )
+        )
+        assert linted.valid, plan.layout
+        config = linted.effective_config
+        assert (config["peft"], config["lora_dim"], config["lora_target_modules"]) == ("lora", 32, targets)
+        assert linted.corrected_memory.peak_gib == pytest.approx(plan.memory.peak_gib, abs=0.01)
