@@ -147,7 +147,7 @@ BAD_CALLS = [
     (
         "estimate_memory",
         {"model": "qwen3-30b-a3b", "gpu": "h100", "num_gpus": 8, "seq_len": 4096, "lora_target_modules": [1]},
-        ["lora_target_modules", "allowed module names are linear_qkv"],
+        ["lora_target_modules", "must be module names"],
     ),
     (
         "check_dp_budget",

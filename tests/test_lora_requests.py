@@ -112,7 +112,7 @@ def test_the_default_fp8_plan_says_why_a_lora_job_does_not_fit():
     [
         ({"lora_target_modules": ["in_proj"]}, "lora_target_modules needs lora_dim"),
         ({"lora_dim": 32, "launcher": "megatron-lm"}, "Megatron-LM has no LoRA"),
-        ({"lora_dim": 32, "lora_target_modules": ["q_proj"]}, "allowed module names are linear_qkv"),
+        ({"lora_dim": 32, "lora_target_modules": [1]}, "must be module names"),
         ({"lora_dim": 0}, "greater than or equal to 1"),
     ],
 )
@@ -155,3 +155,20 @@ def test_a_lora_plans_bridge_overrides_lint_back_to_the_same_lora_and_peak():
         config = linted.effective_config
         assert (config["peft"], config["lora_dim"], config["lora_target_modules"]) == ("lora", 32, targets)
         assert linted.corrected_memory.peak_gib == pytest.approx(plan.memory.peak_gib, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("targets", "lora"),
+    [(["q_proj", "linear_qkv"], True), (["q_proj"], False), ([], False)],
+)
+def test_a_target_bridge_accepts_is_not_refused_but_listed(targets, lora):
+    """Bridge takes any target name and only warns when one matches no module (peft/module_matcher.py:195-209):
+    the request keeps the names the engine places and lists the others under not_checked, as lint does; with none
+    left (or none given: the matcher then takes every linear) the numbers are full training's, and it says so."""
+    result = estimate_memory(EstimateMemoryRequest(**QWEN, lora_dim=32, lora_target_modules=targets))
+    [entry] = [n for n in result.not_checked if n.keys == ["lora_target_modules"]]
+    assert ("not a modelled module name" in entry.requires) is lora
+    assert ("full training" in entry.requires) is not lora
+    assert any(f.code == "LORA_MODELLED" for f in result.findings) is lora
+    full = estimate_memory(EstimateMemoryRequest(**QWEN))
+    assert (result.peak_gib < full.peak_gib) is lora

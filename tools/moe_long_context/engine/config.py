@@ -13,10 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..model.lora import LORA_TARGETS
+
 # w3-b: the settings only Megatron Core's TransformerConfig / ModelParallelConfig checks read (TrainingConfig
 # carries them, the request models do not)
 from .config_mcore import TransformerConfigArgs
-from .config_peft import PeftArgs, known_targets
+from .config_peft import PeftArgs
+from .findings import NotChecked
 
 MAX_GPUS = 65536
 MAX_SEQ_LEN = 16 * 1024 * 1024
@@ -389,16 +392,47 @@ class LoraRequestArgs(_Args):
     )
     lora_target_modules: tuple[str, ...] | None = Field(
         default=None,
-        description="Linears LoRA wraps (Bridge peft.target_modules), from linear_qkv, linear_proj, linear_fc1, "
-        "linear_fc2, in_proj, out_proj. Unset: Bridge's default, the first four; Bridge's Nemotron-H PEFT "
-        "recipes add in_proj and out_proj.",
+        description="Linears LoRA wraps (Bridge peft.target_modules). The engine places linear_qkv, linear_proj, "
+        "linear_fc1, linear_fc2, in_proj and out_proj; other names are listed under not_checked. Unset: Bridge's "
+        "default, the first four; Bridge's Nemotron-H PEFT recipes add in_proj and out_proj.",
     )
 
     @field_validator("lora_target_modules", mode="before")
     @classmethod
-    def _known_targets(cls, value):
+    def _module_names(cls, value):
+        """Any names, as Bridge takes any (it warns when one matches no module, peft/module_matcher.py:195-209);
+        the ones the engine cannot place are listed under not_checked, not refused."""
         value = _split_list(value)
-        return None if value is None else known_targets(value)
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple) or not all(isinstance(n, str) for n in value):
+            raise ValueError(
+                f"lora_target_modules must be module names (a list of them, or 'a,b'), not {value!r}"
+            )
+        return tuple(dict.fromkeys(value))
+
+    def lora_not_checked(self) -> list[NotChecked]:
+        """The targets the engine cannot place, as lint reports them for a launch."""
+        if self.lora_dim is None or self.lora_target_modules is None:
+            return []
+        known = [n for n in self.lora_target_modules if n in LORA_TARGETS]
+        other = [n for n in self.lora_target_modules if n not in LORA_TARGETS] or [
+            "empty, so Bridge's matcher takes every nn.Linear"
+        ]
+        if known and len(known) == len(self.lora_target_modules):
+            return []
+        verdict = (
+            "not a modelled module name; Bridge warns at build when an entry matches no module and trains no "
+            "adapter for it"
+            if known
+            else "no modelled module name: LoRA is not read, and memory and time are those of full training"
+        )
+        return [
+            NotChecked(
+                keys=["lora_target_modules"],
+                requires=f"{', '.join(other)}: {verdict} (modelled: {', '.join(LORA_TARGETS)})",
+            )
+        ]
 
     @model_validator(mode="after")
     def _targets_need_a_rank(self):
@@ -416,10 +450,12 @@ class LoraRequestArgs(_Args):
 def lora_config(data: dict[str, Any]) -> dict[str, Any]:
     """A request's fields as TrainingConfig's: lora_dim set means peft lora; unset or null, full training."""
     out = {k: v for k, v in data.items() if k not in ("lora_dim", "lora_target_modules")}
-    if data.get("lora_dim") is not None:
+    targets = data.get("lora_target_modules")
+    known = None if targets is None else [n for n in targets if n in LORA_TARGETS]
+    if data.get("lora_dim") is not None and known != []:  # no placeable target: read as full training
         out.update(peft="lora", lora_dim=data["lora_dim"])
-        if data.get("lora_target_modules") is not None:
-            out["lora_target_modules"] = data["lora_target_modules"]
+        if known:
+            out["lora_target_modules"] = known
     return out
 
 

@@ -194,7 +194,8 @@ def require_seq_len(cfg: TrainingConfig) -> None:
 
 
 def estimate_memory(req: EstimateMemoryRequest) -> EstimateMemoryResult:
-    return estimate_memory_config(TrainingConfig(**lora_config(req.model_dump(exclude_unset=True))))
+    result = estimate_memory_config(TrainingConfig(**lora_config(req.model_dump(exclude_unset=True))))
+    return result.model_copy(update={"not_checked": [*req.lora_not_checked(), *result.not_checked]})
 
 
 def estimate_memory_config(cfg: TrainingConfig) -> EstimateMemoryResult:

@@ -56,7 +56,8 @@ class EstimateThroughputResult(Judged):
 
 
 def estimate_throughput(req: EstimateThroughputRequest) -> EstimateThroughputResult:
-    return estimate_throughput_config(TrainingConfig(**lora_config(req.model_dump(exclude_unset=True))))
+    result = estimate_throughput_config(TrainingConfig(**lora_config(req.model_dump(exclude_unset=True))))
+    return result.model_copy(update={"not_checked": [*req.lora_not_checked(), *result.not_checked]})
 
 
 def estimate_throughput_config(cfg: TrainingConfig) -> EstimateThroughputResult:

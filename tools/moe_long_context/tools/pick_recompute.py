@@ -400,6 +400,11 @@ def overrides(
 
 
 def pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
+    result = _pick_recompute(req)
+    return result.model_copy(update={"not_checked": [*req.lora_not_checked(), *result.not_checked]})
+
+
+def _pick_recompute(req: PickRecomputeRequest) -> PickRecomputeResult:
     cfg = TrainingConfig(**lora_config(req.model_dump(exclude_unset=True, exclude={"headroom"})))
     require_seq_len(cfg)
     if cfg.gpu is None:

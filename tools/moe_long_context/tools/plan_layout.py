@@ -80,6 +80,11 @@ def search_inputs(req: PlanLayoutRequest):
 
 
 def plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
+    result = _plan_layout(req)
+    return result.model_copy(update={"not_checked": [*req.lora_not_checked(), *result.not_checked]})
+
+
+def _plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
     model, gpu, base, gbs, source = search_inputs(req)
     mtp = model.mtp_num_layers
     excluded: dict[str, int] = {}
