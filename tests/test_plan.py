@@ -134,6 +134,9 @@ def test_a_job_without_plans_says_why():
     assert r.no_plan_reason.startswith("no candidate passes every rule and fits the budget")
     assert r.excluded["memory: BF16 weights alone fill the GPU"] > 0
     assert r.candidates == sum(r.excluded.values())
+    # the lever that helps, not BF16 (which keeps those weights): 2 B x 671.0B over 80 % of 79.11 GiB is 19.8
+    assert "the weights alone need at least 20 GPUs" in r.no_plan_reason
+    assert "set precision bf16" not in r.no_plan_reason
 
 
 SEEDS = [

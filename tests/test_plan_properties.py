@@ -13,6 +13,7 @@ from moe_long_context.model.catalog import load_gpu, model_ids
 from moe_long_context.tools.check_dp_budget import CheckDpBudgetRequest, check_dp_budget
 from moe_long_context.tools.estimate_memory import EstimateMemoryRequest, estimate_memory
 from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
+from moe_long_context.tools.plan_search import default_gbs
 from moe_long_context.tools.validate_cuda_graph_shapes import (
     ValidateCudaGraphsRequest,
     validate_cuda_graph_shapes,
@@ -61,8 +62,9 @@ def test_every_plan_passes_every_tool_at_one_global_batch(model, gpu, num_gpus, 
         )
     )
     assert (
-        r.gbs == 2**23 // seq_len and r.headroom == headroom
+        r.gbs == default_gbs(seq_len) and r.headroom == headroom
     )  # the stated default batch, no published layout
+    assert r.gbs & (r.gbs - 1) == 0 and r.gbs <= 2**23 // seq_len < 2 * r.gbs
     assert_result_holds(r, headroom)
     for p in r.plans:
         assert p.memory.usable_gib == pytest.approx(load_gpu(gpu).usable_hbm_gib)

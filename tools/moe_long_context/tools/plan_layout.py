@@ -25,12 +25,14 @@ from ..errors import InputError
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, load_model
 from ..model.lora import LORA_DEFAULT_TARGETS
+from ..model.params import model_params
 from ..model.specs import GpuSpec
 from .plan_compare import _compare, _references, _same_plan, as_plan, published_for
 from .plan_evaluate import Evaluated, _plan, evaluate, surely_fits
 from .plan_models import MAX_EVALUATED, PlanLayoutRequest, PlanLayoutResult
 from .plan_search import (
     MAX_TP,
+    WEIGHTS_FILL,
     budget,
     candidate_bound,
     cheap_bounds,
@@ -183,7 +185,7 @@ def _plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         )
         for i, g in enumerate(groups[: req.top_n])
     ]
-    reason = None if plans else _no_plan_reason(excluded, len(enumerated), gbs, req, gpu)
+    reason = None if plans else _no_plan_reason(excluded, len(enumerated), gbs, req, gpu, model)
     return PlanLayoutResult(
         valid=bool(plans),
         gbs=gbs,
@@ -288,7 +290,7 @@ def _group_rank(e: Evaluated | None, groups: list[list[Evaluated]]) -> int | Non
 
 
 def _no_plan_reason(
-    excluded: dict[str, int], enumerated: int, gbs: int, req: PlanLayoutRequest, gpu: GpuSpec
+    excluded: dict[str, int], enumerated: int, gbs: int, req: PlanLayoutRequest, gpu: GpuSpec, model
 ) -> str:
     if not excluded and not enumerated:
         return (
@@ -299,9 +301,18 @@ def _no_plan_reason(
     counts = "; ".join(f"{k}: {v}" for k, v in ranked)
     reason = f"no candidate passes every rule and fits the budget ({counts})"
     defaulted_fp8 = req.precision is None and default_precision(gpu) != "bf16"
-    if defaulted_fp8 and any(k.startswith("memory") for k in excluded):
+    memory = [k for k in excluded if k.startswith("memory")]
+    weights_only = bool(memory) and all(k == WEIGHTS_FILL for k in memory)
+    if defaulted_fp8 and memory and not weights_only:  # BF16 drops the FP8 weight cache, not the BF16 weights
         reason += (
             "; the precision was left to the GPU's FP8 recipe, whose quantized weight copies sit beside the BF16 "
             "weights (the FP8 weight cache): set precision bf16 to plan without them"
+        )
+    if weights_only:
+        floor = -(-2 * model_params(model).total // int(0.8 * gpu.usable_hbm_gib * GIB))
+        reason += (
+            f"; no split of the {model_params(model).total / 1e9:.0f}B BF16 weights leaves room on {req.num_gpus} "
+            f"{gpu.id}: the weights alone need at least {floor} GPUs, before gradients, optimizer states and "
+            "activations (more GPUs, or a GPU with more memory)"
         )
     return reason

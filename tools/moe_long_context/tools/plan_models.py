@@ -25,7 +25,7 @@ class PlanLayoutRequest(LoraRequestArgs, _Args):  # bases in reverse order of th
         ge=1,
         le=MAX_SEQ_LEN,
         description="Global batch size every plan and the published layout are compared at. Unset: the "
-        "published layout's batch for this job if there is one, else 2^23 tokens a step (2^23 / seq_len).",
+        "published layout's batch for this job if there is one, else the largest power of two of sequences within 2^23 tokens (32 at 200K).",
     )
     precision: Precision | None = Field(
         default=None,

@@ -53,8 +53,13 @@ MAX_TP = 16  # TP beyond 16 leaves GEMM shards too thin to be worth it, even ins
 DEFAULT_TOKENS_PER_STEP = 2**23  # default global batch: 8M tokens a step (64 sequences of 128K)
 
 
+WEIGHTS_FILL = "memory: BF16 weights alone fill the GPU"
+
+
 def default_gbs(seq_len: int) -> int:
-    return max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
+    """The largest power of two of sequences within 2^23 tokens: a batch such as 41 (200K tokens) is prime and
+    leaves no data-parallel size above 1 and no interleaving, so the default must not be one."""
+    return 1 << max(0, (DEFAULT_TOKENS_PER_STEP // seq_len).bit_length() - 1)
 
 
 def divisors(n: int) -> list[int]:
@@ -139,7 +144,7 @@ def enumerate_candidates(
                         continue
                     # BF16 weights alone (a lower bound of any plan's memory) must leave room
                     if 2 * (dense_params / (tp * pp) + totals.experts / (ep * pp)) > 0.8 * usable:
-                        skip("memory: BF16 weights alone fill the GPU")
+                        skip(WEIGHTS_FILL)
                         continue
                     for mbs in (1, 2) if seq <= 8192 else (1,):
                         if gbs % (mbs * dp):
