@@ -115,9 +115,10 @@ class LintConfigResult(BaseModel):
     corrected: str | list[str] | dict[str, Any] = Field(
         description="The corrected configuration, same dialect."
     )
-    corrected_other_dialect: str | list[str] = Field(
+    corrected_other_dialect: str | list[str] | None = Field(
         description="The corrected configuration in the other dialect (Bridge overrides for Megatron-LM input, "
-        "Megatron-LM flags otherwise)."
+        "Megatron-LM flags otherwise); None for a LoRA launch, which Megatron-LM cannot express (it has no LoRA: "
+        "its translation would train every weight)."
     )
     remaining_errors: list[str] = Field(
         description="Errors left in the corrected configuration, found by checking the corrected text itself and "
@@ -254,7 +255,7 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
     first = _analyse(dialect, source, req.model, req.gpu, req.num_gpus)
     final, fixes, other_text, other = _correct(first, req)
     memory = memory_verdict(final.ctx)
-    remaining = sorted(final.error_codes | other.error_codes)
+    remaining = sorted(final.error_codes | (other.error_codes if other is not None else set()))
     if memory is not None and memory.fits is False:  # what is handed back does not fit the GPU: not finished
         remaining.append("MEMORY_OVER_BUDGET")
     cfg, ctx = first.cfg, first.ctx
@@ -356,9 +357,12 @@ def _explicit(a: _Analysis) -> set[str]:
     return set(a.u.origin)
 
 
-def _translate(a: _Analysis, req: LintConfigRequest) -> tuple[Any, _Analysis]:
-    """The corrected launch in the other dialect, checked as that dialect reads it."""
+def _translate(a: _Analysis, req: LintConfigRequest) -> tuple[Any, _Analysis | None]:
+    """The corrected launch in the other dialect, checked as that dialect reads it (none for LoRA: Megatron-LM
+    has no LoRA, and a translation that trains every weight is another job that need not fit)."""
     cfg = a.cfg
+    if cfg.peft == "lora":
+        return None, None
     if a.dialect == "megatron-lm":
         items = bridge_translation(cfg, _explicit(a))
         items = _with_differing_defaults(a, items, req)

@@ -34,6 +34,10 @@ def published_for(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> lis
     ]  # fmt: skip
 
 
+# Settings of a published run's data rather than its layout (offline-packed SFT): left out when it is compared.
+DATA_FORMAT = ("packed_sequences", "pad_to_max_length", "pad_cu_seqlens", "variable_seq_lengths")
+
+
 def _references(
     model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest, gbs: int
 ) -> list[tuple[Any, Evaluated | None]]:
@@ -42,12 +46,20 @@ def _references(
     out = []
     for layout in published_for(model, gpu, req):
         c = {**layout.config, "gbs": gbs, "launcher": req.launcher}
+        notes = [f"published layout: {layout.title}"]
+        packed = [k for k in DATA_FORMAT if c.pop(k, None)]
+        if packed:  # the plans train the request's unpacked sequences: compare the layout on the same job
+            notes.append(
+                f"published layout without its SFT data format ({', '.join(packed)}), as the plans run"
+            )
+        if model.has_dsa:  # MCore asserts DSA runs without RoPE fusion, which Megatron-LM turns on
+            c["apply_rope_fusion"] = False
         if req.overhead_gib is not None:
             c["overhead_gib"] = req.overhead_gib
         # the TE loss kernel is a Bridge recipe choice Megatron-LM refuses (LM_CROSS_ENTROPY_TE)
         if req.launcher == "megatron-lm" and c.get("cross_entropy_fusion") == "te":
             c["cross_entropy_fusion"] = "native"
-        out.append((layout, _evaluate(c, model, gpu, [f"published layout: {layout.title}"])))
+        out.append((layout, _evaluate(c, model, gpu, notes)))
     return out
 
 

@@ -20,6 +20,7 @@ from .pick_recompute import CLEARED, Picker
 from .plan_bounds import OFFLOAD_LEVELS
 from .plan_models import Plan, PlanLayoutRequest, PlanMemory, PlanThroughput
 from .plan_search import Candidate, _settings, offload_settings
+from .step_findings import dominant_term_findings
 from .step_mamba_split import mamba_split_findings
 
 
@@ -181,7 +182,9 @@ def _plan(rank: int, e: Evaluated, best: Evaluated | None, variants: list[Evalua
         bridge_snippet=bridge_python_snippet(c),
         findings=[
             f
-            for f in sort_findings(e.findings + mamba_split_findings(ctx, st))
+            for f in sort_findings(
+                e.findings + mamba_split_findings(ctx, st) + dominant_term_findings(ctx, st)
+            )
             if f.code not in ("PARALLEL_FOLDING",)
         ],
         tied_with_top=tied,

@@ -75,6 +75,10 @@ def search_inputs(req: PlanLayoutRequest):
     }
     if req.overhead_gib is not None:
         base["overhead_gib"] = req.overhead_gib
+    if (
+        model.has_dsa
+    ):  # MCore asserts DSA runs without RoPE fusion, which Megatron-LM turns on (DSA_ROPE_FUSION)
+        base["apply_rope_fusion"] = False
     base.update(_lora(req))
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
@@ -221,8 +225,19 @@ def _plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             *PERF_ASSUMPTIONS,
         ],
         findings=[],
-        **coverage(_inputs(req, model), model),
+        checked=coverage(_inputs(req, model), model)["checked"],
+        not_checked=_not_checked(req, model, [g[0] for g in groups[: req.top_n]]),
     )
+
+
+def _not_checked(req: PlanLayoutRequest, model: Any, plans: list[Evaluated]) -> list:
+    """The not-modelled upstream checks the request or any returned plan reaches, each once: a plan's own
+    settings (its recompute, offload, data format) reach checks the request alone does not."""
+    out: dict[str, Any] = {}
+    for cfg in (_inputs(req, model), *(e.cfg for e in plans)):
+        for item in coverage(cfg, model)["not_checked"]:
+            out.setdefault(item.model_dump_json(), item)
+    return list(out.values())
 
 
 def _surely_fits(cand, model, gpu, req, base, cb, pickers, level: int) -> bool:

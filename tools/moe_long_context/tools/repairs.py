@@ -293,6 +293,7 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
         "account_for_loss_in_pipeline_split": False,
     },
     "LATENT_MOE_SHARED_EXPERT_OVERLAP": lambda ctx: {"moe_shared_expert_overlap": False},
+    "DSA_ROPE_FUSION": lambda ctx: {"apply_rope_fusion": False},
 }
 
 

@@ -50,7 +50,7 @@ def lora(ctx: Context) -> Iterator[Finding]:
         "LORA_MODELLED",
         f"LoRA rank {c.lora_dim} on {', '.join(c.lora_target_modules)}: the base weights are frozen (BF16 weights, "
         "no gradients or optimizer states), their GEMMs run forward and input gradient only, and the adapters train. "
-        "Megatron-LM has no LoRA: a Megatron-LM translation of this configuration trains every weight.",
+        "Megatron-LM has no LoRA, so lint hands back no Megatron-LM translation of it.",
         None,
         ["peft", "lora_dim", "lora_target_modules"],
     )
