@@ -3,7 +3,12 @@ the other tools say about the same settings. Cases found by checking plans again
 
 from __future__ import annotations
 
+import pytest
+
+from moe_long_context.dialects.overrides import architecture_flags, drop_flags, function_flags
+from moe_long_context.dialects.tables import megatron_flags
 from moe_long_context.engine.config import TrainingConfig
+from moe_long_context.model.catalog import load_model
 from moe_long_context.tools.estimate_throughput import estimate_throughput_config
 from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
@@ -85,3 +90,59 @@ def test_a_lora_lint_hands_back_no_megatron_lm_translation():
                                       num_gpus=8))  # fmt: skip
     assert r.valid and r.corrected_other_dialect is None and r.remaining_errors == []
     assert r.effective_config["lora_dim"] == 16
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "num_gpus", "seq_len"),
+    [("deepseek-v3", "h100", 256, 131072), ("gpt-oss-120b", "b200", 64, 32768),
+     ("nemotron-3-super", "h100", 64, 131072), ("qwen3-235b-a22b", "gb200", 72, 131072)],
+)  # fmt: skip
+def test_the_model_args_and_a_plans_args_are_one_megatron_lm_launch(model, gpu, num_gpus, seq_len):
+    """megatron_model_args + a plan's megatron_args is a launch Megatron-LM builds the catalog model from: lint
+    recognises the model, finds no error and no defaulted function flag, and gives the plan's own peak."""
+    r = plan_layout(PlanLayoutRequest(model=model, gpu=gpu, num_gpus=num_gpus, seq_len=seq_len, precision="bf16",
+                                      top_n=1))  # fmt: skip
+    plan = r.plans[0]
+    launch = r.megatron_model_args + plan.megatron_args
+    assert len({t for t in launch if t.startswith("--")}) == sum(
+        t.startswith("--") for t in launch
+    )  # no repeats
+    linted = lint_config(LintConfigRequest(megatron_args=launch, gpu=gpu, num_gpus=num_gpus))
+    codes = {f.code for f in linted.findings}
+    assert linted.model == model and "MODEL_RECOGNISED" in codes
+    assert linted.valid and "MODEL_FLAGS_DEFAULTED" not in codes, codes
+    assert linted.corrected_memory.peak_gib == pytest.approx(plan.memory.peak_gib, abs=0.05)
+
+
+def test_function_flags_are_what_megatron_lm_needs_for_each_family():
+    """Hand-read: DeepSeek-V3 is RMSNorm, SwiGLU, bias-free, sigmoid-routed over 8 groups (top 4); GPT-OSS has
+    biases, the clamped quick-GeGLU with the +1 offset, learnable sinks and a 128-token window every other layer
+    (Bridge gpt_oss_bridge.py:82-88: window - 1 back); Nemotron-H has squared-ReLU experts."""
+    assert function_flags(load_model("deepseek-v3")) == [
+        "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear", "--moe-router-score-function", "sigmoid",
+        "--moe-router-num-groups", "8", "--moe-router-group-topk", "4"]  # fmt: skip
+    assert function_flags(load_model("gpt-oss-120b")) == [
+        "--normalization", "RMSNorm", "--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value",
+        "7.0", "--softmax-type", "learnable", "--window-size", "127,0", "--window-attn-skip-freq", "2"]  # fmt: skip
+    super_ = function_flags(load_model("nemotron-3-super"))
+    assert "--squared-relu" in super_ and "--swiglu" not in super_
+    assert "--qk-layernorm" in function_flags(load_model("qwen3-30b-a3b"))
+    flags = megatron_flags()
+    assert all(t in flags for s in ("deepseek-v3", "gpt-oss-120b", "qwen3-next-80b-a3b", "glm-4.5")
+               for t in function_flags(load_model(s)) if t.startswith("--"))  # fmt: skip
+
+
+def test_a_launch_that_leaves_the_functions_to_the_defaults_is_warned():
+    """The shapes of DeepSeek-V3 without its function flags train LayerNorm, GeLU, biased, softmax-routed layers:
+    MODEL_FLAGS_DEFAULTED names exactly the flags to add; with them added it is gone."""
+    shapes = architecture_flags(load_model("deepseek-v3"))
+    bare = drop_flags(shapes, {t for t in function_flags(load_model("deepseek-v3")) if t.startswith("--")})
+    job = "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --tensor-model-parallel-size 8"
+    r = lint_config(LintConfigRequest(megatron_args=" ".join(bare) + " " + job, gpu="h100", num_gpus=1024))
+    warned = next(f for f in r.findings if f.code == "MODEL_FLAGS_DEFAULTED")
+    assert (
+        warned.severity == "warning"
+        and "--normalization RMSNorm --swiglu --disable-bias-linear" in warned.fix
+    )
+    r = lint_config(LintConfigRequest(megatron_args=" ".join(shapes) + " " + job, gpu="h100", num_gpus=1024))
+    assert "MODEL_FLAGS_DEFAULTED" not in {f.code for f in r.findings}

@@ -20,6 +20,7 @@ from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
 from .lm_args import LM_ONLY_FLAGS, runs_pretrain
 from .lm_derived import derive_ffn_sizes
+from .overrides import FUNCTION_FLAGS
 from .tables import ParsedScript, dialect_table, megatron_flags
 
 
@@ -134,6 +135,8 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         if any("$" in v for v in vals):
             u.not_checked.append(f"{flag} {' '.join(vals)} (unresolved shell variable)")
             continue
+        if flag in FUNCTION_FLAGS:  # judged against the model's own (lint_model.function_flags_missing)
+            u.architecture[flag] = _scalar(vals[0]) if vals else True
         if flag in arch:
             u.architecture[arch[flag]] = _scalar(vals[0]) if vals else None
             if flag == "--mtp-num-layers":  # the launch's own MTP count wins over the catalog's

@@ -58,6 +58,7 @@ def architecture_flags(
     else:
         out += ["--group-query-attention", "--num-query-groups", str(m.num_query_groups), "--kv-channels",
                 str(m.head_dim)]  # fmt: skip
+    out += function_flags(m)
     out += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.moe_router_topk),
             "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]  # fmt: skip
     if m.moe_shared_expert_intermediate_size:
@@ -86,6 +87,73 @@ def architecture_flags(
     return out
 
 
+# Flags that choose what Megatron-LM builds (norm, activation, biases, router, softmax) where its defaults
+# build other functions; overrides.function_flags writes them for a catalog model.
+FUNCTION_FLAGS = frozenset({"--normalization", "--swiglu", "--squared-relu", "--quick-geglu", "--glu-linear-offset",
+    "--activation-func-clamp-value", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
+    "--moe-shared-expert-gate", "--moe-router-score-function", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--softmax-type", "--window-size", "--window-attn-skip-freq"})  # fmt: skip
+
+
+def function_flags(m: ModelSpec) -> list[str]:
+    """The flags that make Megatron-LM build this model's functions where its defaults build others (core_r0.19.0
+    parse_args defaults: LayerNorm, GeLU MLPs, biases on every linear, the softmax router, vanilla softmax)."""
+    out = ["--normalization", "RMSNorm"] if m.normalization == "RMSNorm" else []
+    if m.mlp_squared_relu:
+        out.append("--squared-relu")
+    elif m.family == "gpt_oss":  # clamped quick-GeGLU with the +1 offset (Bridge gpt_oss_bridge.py:82-84)
+        out += ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", "7.0"]
+    elif m.gated_linear_unit:
+        out.append("--swiglu")
+    if not m.add_bias_linear:
+        out.append("--disable-bias-linear")
+    out += [flag for flag, on in (("--add-qkv-bias", m.add_qkv_bias), ("--qk-layernorm", m.qk_layernorm),
+            ("--moe-shared-expert-gate", m.moe_shared_expert_gate)) if on]  # fmt: skip
+    if m.moe_router_score_function != "softmax":
+        out += ["--moe-router-score-function", m.moe_router_score_function]
+    if m.moe_router_num_groups:
+        out += ["--moe-router-num-groups", str(m.moe_router_num_groups), "--moe-router-group-topk",
+                str(m.moe_router_group_topk)]  # fmt: skip
+    if m.softmax_sinks:
+        out += ["--softmax-type", "learnable"]
+    if (
+        m.family == "gpt_oss" and m.sliding_window
+    ):  # every other layer, window - 1 back (gpt_oss_bridge.py:86-88)
+        out += ["--window-size", f"{m.sliding_window - 1},0", "--window-attn-skip-freq", "2"]
+    return out
+
+
+def unwritten_features(m: ModelSpec) -> list[str]:
+    """What of the model architecture_flags does not write (the model's own launch script must)."""
+    out = []
+    if m.sliding_window and m.family != "gpt_oss":
+        out.append(f"its sliding-window layers (window {m.sliding_window})")
+    if m.has_linear_attention:
+        out.append("its Gated DeltaNet layers")
+    if m.attention_output_gate:
+        out.append("its attention output gate")
+    if m.final_logit_softcapping:
+        out.append("its logit soft-capping")
+    return out
+
+
+def drop_flags(tokens: list[str], flags: set[str]) -> list[str]:
+    """``tokens`` without the given flags and their values."""
+    out: list[str] = []
+    keep = True
+    for token in tokens:
+        if token.startswith("--"):
+            keep = token not in flags
+        if keep:
+            out.append(token)
+    return out
+
+
+def merge_flags(first: list[str], then: list[str]) -> list[str]:
+    """``first`` followed by ``then``, without the flags of ``first`` that ``then`` writes again (``then`` wins)."""
+    return drop_flags(first, {t for t in then if t.startswith("--")}) + then
+
+
 def megatron_args_for(
     cfg: TrainingConfig, model: ModelSpec | None = None, mtp_layers: int | None = None
 ) -> list[str]:
@@ -97,9 +165,7 @@ def megatron_args_for(
     """
     defaults = megatron_defaults()
     tokens: list[str] = []
-    if model is not None:
-        tokens += architecture_flags(model, cfg.mtp_num_layers, cfg.seq_len)
-    elif mtp_layers:
+    if mtp_layers and model is None:
         tokens += ["--mtp-num-layers", str(mtp_layers)]
     for name, spec in dialect_table()["fields"].items():
         if not _written(name, cfg):
@@ -115,6 +181,8 @@ def megatron_args_for(
     # LM arguments.py:1146: Megatron-FSDP needs its checkpoint format (LM_MEGATRON_FSDP)
     if cfg.use_megatron_fsdp:
         tokens += ["--ckpt-format", "fsdp_dtensor"]
+    if model is not None:
+        return merge_flags(architecture_flags(model, cfg.mtp_num_layers, cfg.seq_len), tokens)
     return tokens
 
 

@@ -19,7 +19,13 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from ..dialects.conflicts import bridge_conflicts, megatron_conflicts
 from ..dialects.launch import Understood
 from ..dialects.lm_args import Conflict, max_connections, runs_pretrain, virtual_stages
-from ..dialects.overrides import architecture_flags, bridge_translation, megatron_args_for, megatron_defaults
+from ..dialects.overrides import (
+    architecture_flags,
+    bridge_translation,
+    megatron_args_for,
+    megatron_defaults,
+    merge_flags,
+)
 from ..dialects.tables import (
     ParsedScript,
     bridge_items,
@@ -369,7 +375,9 @@ def _translate(a: _Analysis, req: LintConfigRequest) -> tuple[Any, _Analysis | N
         text = render_bridge(items)
         return text, _analyse("bridge", text, _model_ref(a, req), req.gpu, a.num_gpus)
     resolved = resolved_config(a)
-    tokens = architecture_flags(a.model, cfg.mtp_num_layers, cfg.seq_len) + megatron_args_for(resolved)
+    tokens = merge_flags(
+        architecture_flags(a.model, cfg.mtp_num_layers, cfg.seq_len), megatron_args_for(resolved)
+    )
     text = render_megatron(tokens)
     return text, _analyse("megatron-lm", text, _model_ref(a, req), req.gpu, a.num_gpus)
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..dialects.launch import Understood
+from ..dialects.overrides import function_flags
 from ..engine.findings import Finding
 from ..engine.rules import finding
 from ..errors import InputError
@@ -33,6 +34,44 @@ def _spec_value(spec: ModelSpec, key: str) -> Any:
 
 
 def resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[Finding]]:
+    spec, notes = _resolve(u, given)
+    return spec, notes + _function_flags_missing(u, spec)
+
+
+def _function_flags_missing(u: Understood, spec: ModelSpec) -> list[Finding]:
+    """MODEL_FLAGS_DEFAULTED: a Megatron-LM launch that writes the model's shapes (--num-layers) but not the flags
+    of its functions trains what Megatron-LM's defaults build (LayerNorm, GeLU, biases, the softmax router)."""
+    arch = u.architecture
+    if u.dialect != "megatron-lm" or "num_hidden_layers" not in arch or spec.id == "custom":
+        return []
+    missing: list[str] = []
+    tokens = function_flags(spec)
+    for i, token in enumerate(tokens):
+        if not token.startswith("--"):
+            continue
+        value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else None
+        given = arch.get(token)
+        if given is None or (value is not None and _scalar(str(given)) != _scalar(value)):
+            missing += [token] + ([value] if value is not None else [])
+    if not missing:
+        return []
+    return [finding("MODEL_FLAGS_DEFAULTED",
+                    f"The launch writes {spec.name}'s shapes but not {' '.join(missing)}: Megatron-LM's defaults "
+                    "(LayerNorm, GeLU MLPs, biases, the softmax router, vanilla softmax) then build another model. "
+                    "The rules and the memory model judge the catalog model.",
+                    f"Add {' '.join(missing)}.", [t for t in missing if t.startswith("--")])]  # fmt: skip
+
+
+def _scalar(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _resolve(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[Finding]]:
     arch = u.architecture
     notes: list[Finding] = []
     if isinstance(given, ModelSpec):  # the model the other dialect's reading already resolved

@@ -17,6 +17,7 @@ import heapq
 from functools import partial
 from typing import Any
 
+from ..dialects.overrides import architecture_flags, drop_flags, unwritten_features
 from ..engine.config import TrainingConfig, lora_config
 from ..engine.rules.upstream import coverage
 from ..engine.stated_error import stated_error
@@ -197,6 +198,7 @@ def _plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         no_plan_reason=reason,
         excluded=dict(sorted(excluded.items(), key=lambda kv: -kv[1])),
         plans=plans,
+        megatron_model_args=model_args(model, mtp, req.seq_len),
         references=[
             _compare(layout, e, found, _group_rank(e, groups) if asked[layout.id] else None, limit)
             for layout, e in references
@@ -208,6 +210,7 @@ def _plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
         feasible=len(found),
         assumptions=[
             f"Global batch: {gbs} sequences for every plan and the published layout ({source}).",
+            *_unwritten(model),
             *_lora_assumption(base),
             f"Candidates: TP a power of two up to min(NVLink domain, {MAX_TP}), CP powers of two the sequence and "
             "attention allow, PP every divisor of the world / (TP x CP) with a split Megatron accepts, VPP from "
@@ -253,6 +256,18 @@ def _lora_assumption(base: dict[str, Any]) -> list[str]:
         "BF16 base weights without gradients or optimizer states. Published layouts are full-training runs and "
         "are not compared."
     ]
+
+
+def model_args(model: Any, mtp: int, seq_len: int) -> list[str]:
+    """The model's Megatron-LM flags less what each plan writes itself (its MTP depth, RoPE fusion)."""
+    return drop_flags(architecture_flags(model, mtp, seq_len), {"--mtp-num-layers", "--mtp-use-repeated-layer",
+                                                                  "--no-rope-fusion"})  # fmt: skip
+
+
+def _unwritten(model: Any) -> list[str]:
+    left = unwritten_features(model)
+    return [f"megatron_model_args do not write {', '.join(left)}: take those flags from the model's own Megatron-LM "
+            "launch."] if left else []  # fmt: skip
 
 
 def _lora(req: PlanLayoutRequest) -> dict[str, Any]:

@@ -82,8 +82,8 @@ class Plan(BaseModel):
     throughput: PlanThroughput
     why: list[str] = Field(description="What decides this plan's place in the ranking.")
     megatron_args: list[str] = Field(
-        description="Megatron-LM flags (architecture flags not included); empty for a LoRA plan: Megatron-LM has no "
-        "LoRA."
+        description="Megatron-LM flags of the plan's settings; a launch puts the result's megatron_model_args before "
+        "them. Empty for a LoRA plan: Megatron-LM has no LoRA."
     )
     bridge_overrides: list[str] = Field(description="Megatron Bridge key=value overrides.")
     bridge_snippet: str = Field(
@@ -171,6 +171,11 @@ class PlanLayoutResult(Judged):
     no_plan_reason: str | None = Field(description="Why there is no plan (None when there are plans).")
     excluded: dict[str, int] = Field(description="Candidates left out, counted by the reason.")
     plans: list[Plan]
+    megatron_model_args: list[str] = Field(
+        description="Megatron-LM flags that build the model (shapes, norm, MLP activation, biases, router, "
+        "attention variant), shared by every plan: a Megatron-LM launch is these, then a plan's megatron_args. What "
+        "they cannot write is in assumptions."
+    )
     references: list[ReferenceComparison] = Field(
         description="Published layouts for this model, GPU, GPU count and sequence length, evaluated the same way."
     )
