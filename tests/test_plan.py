@@ -233,17 +233,12 @@ def test_the_published_layouts_rank_does_not_move_with_top_n():
     assert ranks[1] == ranks[5] and ranks[1] > 1
 
 
-def test_deepep_on_gb200_leaves_only_layouts_without_expert_parallelism():
-    """DeepEP does not run on GB200: every layout with EP > 1 fails that rule, so the exact search ends with
-    EP 1 layouts (no dispatcher runs); the published HybridEP layout is compared but not offered as a plan of a
-    DeepEP request, and it is faster than any of them."""
-    r = plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, dispatcher="flex-deepep")
-    assert r.valid and r.optimal and r.plans
-    assert all(p.settings.get("ep", 1) == 1 and "dispatcher" not in p.settings for p in r.plans)
-    assert r.excluded["rule DISPATCHER_GPU"] == r.evaluated - r.feasible
-    (ref,) = r.references
-    assert ref.valid and ref.rank is None and ref.settings["dispatcher"] == "flex-hybridep"
-    # the published run fits the device (184 GiB) with the measured overheads, though not the planner's 5 %
-    # headroom on top: the verdict says so instead of offering it as a plan
-    assert ref.peak_gib < 184.0 and not ref.fits and "above the 174.8 GiB budget" in ref.verdict
-    assert ref.tokens_per_s > r.plans[0].throughput.tokens_per_s
+def test_deepep_on_gb200_is_refused_with_the_backends_it_allows():
+    """DeepEP does not run on GB200 (Bridge's flex backend check, DISPATCHER_GPU): a DeepEP plan could only be a
+    layout without expert parallelism that sidesteps the request, so the request is refused, naming the
+    dispatchers the GPU runs, as an unsupported precision is."""
+    with pytest.raises(InputError, match=r"dispatcher='flex-deepep' is not allowed: one of \['alltoall', "
+                       r"'allgather', 'flex-hybridep', 'flex-ncclep'\] on gb200"):  # fmt: skip
+        plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, dispatcher="flex-deepep")
+    assert plan(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072, dispatcher="flex-hybridep",
+                top_n=1).valid  # fmt: skip

@@ -16,6 +16,7 @@ from ..engine.findings import Finding
 from ..engine.rules import finding
 from ..engine.rules.lm_args_features import lm_launch_findings
 from .bridge_peft import bridge_peft, peft_key
+from .bridge_values import check_bridge_values, one_word_list
 from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
 from .lm_args import LM_ONLY_FLAGS, runs_pretrain
@@ -385,6 +386,7 @@ def _special_megatron(u: Understood, flag: str, vals: list[str], values: dict[st
 
 
 def understand_bridge(keys: dict[str, Any]) -> Understood:
+    check_bridge_values(keys)
     u = Understood("bridge")
     table = dialect_table()
     by_key: dict[str, str] = {}
@@ -404,10 +406,7 @@ def understand_bridge(keys: dict[str, Any]) -> Understood:
             u.notes.append(_deprecated(key, deprecated[key]))
         if key in by_key:
             name = by_key[key]
-            if name in ("recompute_modules", "cuda_graph_modules", "hierarchical_cp_sizes") and isinstance(
-                value, str
-            ):
-                value = [v for v in value.replace(",", " ").split() if v]
+            value = one_word_list(name, value)
             if name == "cp_comm_type" and isinstance(value, list):
                 if len(set(value)) == 1:
                     value = value[0]

@@ -57,9 +57,13 @@ RECOMPUTE_MODULES = (
 
 
 def _split_list(value: Any) -> Any:
-    """Accept 'a,b' and 'a b' as well as lists, so the CLI and agents can pass either."""
+    """Accept 'a,b', 'a b' and '[a, b]' (or a JSON list, '["a", "b"]') as well as lists, so the CLI and agents
+    can pass any."""
     if isinstance(value, str):
-        return [v for v in value.replace(",", " ").split() if v]
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        return [v.strip("'\"") for v in text.replace(",", " ").split() if v.strip("'\"")]
     return value
 
 

@@ -87,6 +87,9 @@ def _read_text_input(name: str, value: str) -> str:
         try:
             data = Path(value).read_bytes()
         except FileNotFoundError:
+            if name == "bridge_overrides" and "." in value and "/" not in value:  # a key without its value
+                raise InputError.plain(f"--bridge-overrides {value}: an override is key=value ({value}=VALUE), "
+                                       "or give a file that exists") from None  # fmt: skip
             raise InputError.plain(f"--{name.replace('_', '-')} {value}: no such file (give a path that exists, "
                                    "- for stdin, or the launch text itself)") from None  # fmt: skip
         except OSError as exc:

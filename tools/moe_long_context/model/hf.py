@@ -415,4 +415,6 @@ def spec_from_hf_config(
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
+        if not field:  # a check across fields: its message names them
+            raise InputError.plain(f"model: {err['msg'].removeprefix('Value error, ')}", "model") from exc
         raise InputError(f"model.{field}", err.get("input"), err["msg"]) from exc

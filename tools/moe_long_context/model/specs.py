@@ -294,6 +294,16 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _attention_shapes_agree(self) -> ModelSpec:
+        shapes = [("", self.num_attention_heads, self.num_query_groups)] + [
+            (f"attention_shapes.{k}.", a.num_attention_heads, a.num_query_groups)
+            for k, a in self.attention_shapes.items()
+        ]
+        for where, heads, groups in shapes if not self.is_mla else []:
+            if heads % groups:  # TE DotProductAttention asserts heads divide over the GQA groups
+                raise ValueError(
+                    f"{where}num_attention_heads={heads} is not a multiple of {where}num_query_groups="
+                    f"{groups} (key/value heads): each KV head serves a whole group of query heads"
+                )
         if self.attention_shapes and self.is_mla:
             raise ValueError("attention_shapes describe GQA layers; an MLA model has one attention shape")
         for kind in self.attention_shapes:

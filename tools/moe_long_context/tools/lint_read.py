@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..dialects.argcheck import check_megatron_arguments
-from ..dialects.bridge_keys import bridge_value_problem, layout_from_list, unknown_bridge_key
+from ..dialects.bridge_keys import bridge_sections, bridge_value_problem, layout_from_list, unknown_bridge_key
 from ..dialects.bridge_read import engine_reads
 from ..dialects.launch import Understood, understand_bridge, understand_megatron
 from ..dialects.shell import quote
@@ -89,8 +89,10 @@ def understand_launch(dialect: str, source: Any) -> tuple[Understood, Any]:
                 "bridge_overrides has no key=value item, e.g. model.context_parallel_size=8"
             )
         _refuse_wrong_types("bridge_overrides", keys)
+        prefixes = bridge_override_prefixes(source)
+        _refuse_append_to_set_keys(prefixes, keys)
         understood = understand_bridge(_engine_keys(keys))
-        understood.notes += peft_override_findings(bridge_override_prefixes(source))
+        understood.notes += peft_override_findings(prefixes)
         return understood, keys
     _refuse_non_launch("config", source)
     obj = load_config_object(source)
@@ -127,6 +129,33 @@ def peft_override_findings(prefixes: dict[str, str]) -> list[Finding]:
             undone,
         ))  # fmt: skip
     return out
+
+
+# Sections every recipe builds as an object (others, like peft, comm_overlap or profiling, may be null).
+_ALWAYS_OBJECTS = ("model", "train", "optimizer", "ddp", "scheduler", "dataset", "checkpoint", "logger", "tokenizer",
+                   "dist", "rng")  # fmt: skip
+
+
+def _refuse_append_to_set_keys(prefixes: dict[str, str], keys: dict[str, Any]) -> None:
+    """Hydra's '+' appends a key and refuses one that holds a value ("Could not append to config. An item is
+    already at ..."; Bridge applies overrides with ConfigLoaderImpl._apply_overrides_to_config,
+    training/utils/omegaconf_utils.py:163-183): a field whose type has no None always holds one."""
+    sections = bridge_sections()
+    for key, prefix in prefixes.items():
+        section, _, name = key.partition(".")
+        kind = sections.get(section, {}).get(name, "")
+        if (
+            prefix != "+"
+            or section not in _ALWAYS_OBJECTS
+            or not kind
+            or isinstance(keys.get(key), (dict, list))
+        ):
+            continue
+        if "None" not in kind and "Optional" not in kind and "Callable" not in kind:
+            raise InputError.plain(
+                f"bridge_overrides: +{key} appends a key, and Hydra refuses it where the recipe already sets one "
+                f"(Could not append to config): write {key}=... to override it, or ++{key}=... to add or override"
+            )
 
 
 def _refuse_wrong_types(name: str, keys: dict[str, Any]) -> None:

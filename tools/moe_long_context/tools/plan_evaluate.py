@@ -163,6 +163,8 @@ def _plan(rank: int, e: Evaluated, best: Evaluated | None, variants: list[Evalua
         if getattr(c, k) != TrainingConfig.model_fields[k].default
     }
     settings["model"] = ctx.model.id
+    if settings.pop("peft", None):  # the requests take LoRA as lora_dim, written even at its default
+        settings["lora_dim"] = c.lora_dim
     st = e.step
     return Plan(
         rank=rank,

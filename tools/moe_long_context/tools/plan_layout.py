@@ -59,6 +59,12 @@ def search_inputs(req: PlanLayoutRequest):
     precision = req.precision or default_precision(gpu)
     if precision != "bf16" and precision not in gpu.quant_recipes:
         raise InputError("precision", precision, f"one of {[*gpu.quant_recipes, 'bf16']} on {gpu.id}")
+    dispatcher = req.dispatcher or default_dispatcher(gpu)
+    if dispatcher.startswith("flex-") and dispatcher.removeprefix("flex-") not in gpu.flex_backends:
+        allowed = ["alltoall", "allgather", *(f"flex-{b}" for b in gpu.flex_backends)]
+        raise InputError(
+            "dispatcher", dispatcher, f"one of {allowed} on {gpu.id} (Bridge's flex backend check)"
+        )
     published = published_for(model, gpu, req)
     gbs = req.gbs or (published[0].config["gbs"] if published else default_gbs(req.seq_len))
     source = (
@@ -71,7 +77,7 @@ def search_inputs(req: PlanLayoutRequest):
         "seq_len": req.seq_len,
         "gbs": gbs,
         "precision": precision,
-        "dispatcher": req.dispatcher or default_dispatcher(gpu),
+        "dispatcher": dispatcher,
         "launcher": req.launcher,
     }
     if req.overhead_gib is not None:

@@ -178,6 +178,12 @@ def size_cp(req: SizeCpRequest) -> SizeCpResult:
     limit = min(req.num_gpus or MAX_GPUS, seq) // tp
     if limit < 1:
         raise InputError("tp", tp, f"at most num_gpus={req.num_gpus}")
+    if req.num_gpus and req.num_gpus % tp:
+        raise InputError("tp", tp, f"a divisor of num_gpus={req.num_gpus}")
+    if not model.tp_splits_attention(tp):  # MCore transformer_config.py:1323-1345 raises otherwise
+        heads = sorted({(s.num_attention_heads, s.num_query_groups) for s in model.softmax_attention_shapes})
+        raise InputError("tp", tp, "a TP that divides the query heads and divides or is divided by the key/value heads "
+                         f"(heads, KV heads: {heads}); Megatron Core raises otherwise")  # fmt: skip
     legal, constraints = [], []
     for cp in powers_of_two(limit):
         problems = _constraint_problems(model, seq, tp, cp, sp, req.packed_sequences, req.num_gpus)

@@ -1,0 +1,105 @@
+"""Inputs Hydra, Bridge or Megatron Core refuse at start are refused here too (exit 2, one line naming the field and
+what is allowed), not read as something else and approved."""
+
+from __future__ import annotations
+
+import pytest
+
+from moe_long_context.errors import InputError
+from moe_long_context.faces.cli import main
+from moe_long_context.model.catalog import load_model
+from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
+from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
+from moe_long_context.tools.size_cp import SizeCpRequest, size_cp
+
+WHERE = dict(model="deepseek-v3", gpu="h100", num_gpus=256)
+
+
+def _lint(overrides: str):
+    return lint_config(LintConfigRequest(bridge_overrides=overrides, **WHERE))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # Hydra: '+' on a key the recipe sets raises "Could not append to config"
+        ("+model.tensor_model_parallel_size=2", r"\+model.tensor_model_parallel_size appends a key.*Could not append"),
+        # MCore moe_layer.py:297-322: only allgather, alltoall and flex are built
+        ("model.moe_token_dispatcher_type=flex-deepep", r"model.moe_token_dispatcher_type='flex-deepep' is not allowed: "
+         r"alltoall, allgather or flex"),
+        ("model.moe_flex_dispatcher_backend=deep", r"'deep' is not allowed: deepep, hybridep or ncclep"),
+        # MCore transformer_config.py:1778: set('moe') is {'m', 'o', 'e'}
+        ("model.recompute_granularity=selective model.recompute_modules=moe",
+         r"model.recompute_modules='moe' is not allowed: a list such as \[moe\].*\['e', 'm', 'o'\]"),
+        ("model.fine_grained_activation_offloading=true model.offload_modules=moe_act",
+         r"model.offload_modules='moe_act' is not allowed: a list"),
+        # Bridge training/mixed_precision.py:445-461
+        ("mixed_precision=bf16_with_fp8_blockwise_mixed", r"mixed_precision='bf16_with_fp8_blockwise_mixed' is not "
+         r"allowed: a recipe Bridge registers \(bf16_mixed, "),
+    ],
+)  # fmt: skip
+def test_bridge_values_megatron_refuses_are_refused(overrides, message):
+    with pytest.raises(InputError, match=message):
+        _lint(overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        "++model.tensor_model_parallel_size=2",  # add-or-override
+        "+model.moe_router_dtype=fp32",  # an Optional field may be unset in the recipe: '+' may add it
+        "+peft.dim=8",  # peft may be null: the PEFT findings judge it
+        "model.recompute_modules=moe",  # without selective recompute MCore never reads it
+        "mixed_precision=bf16-with-mxfp8-mixed",  # the hyphenated name Bridge registers too
+        "model.recompute_granularity=selective model.recompute_modules=[moe]",
+    ],
+)
+def test_what_they_accept_is_read(overrides):
+    r = _lint(overrides)
+    assert r.model == "deepseek-v3"
+
+
+def test_an_inline_model_whose_heads_do_not_split_over_its_kv_heads_is_refused():
+    config = {"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 32,
+              "num_key_value_heads": 5, "head_dim": 64, "intermediate_size": 2048, "moe_intermediate_size": 256,
+              "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000, "tie_word_embeddings": False}  # fmt: skip
+    with pytest.raises(
+        InputError, match=r"^model: num_attention_heads=32 is not a multiple of num_query_groups=5"
+    ):
+        load_model(config)
+
+
+@pytest.mark.parametrize(
+    ("tp", "num_gpus", "message"),
+    [(256, None, r"tp=256 is not allowed: a TP that divides the query heads.*\(128, 128\)"),
+     (3, 8, r"tp=3 is not allowed: a divisor of num_gpus=8")],
+)  # fmt: skip
+def test_size_cp_refuses_a_tp_megatron_refuses(tp, num_gpus, message):
+    with pytest.raises(InputError, match=message):
+        size_cp(SizeCpRequest(model="deepseek-v3", gpu="h100", seq_len=131072, tp=tp, num_gpus=num_gpus))
+
+
+def test_plan_refuses_a_dispatcher_the_gpu_does_not_run():
+    with pytest.raises(
+        InputError, match=r"dispatcher='flex-deepep' is not allowed: one of \[.*'flex-hybridep'"
+    ):
+        plan_layout(PlanLayoutRequest(model="qwen3-235b-a22b", gpu="gb200", num_gpus=128, seq_len=131072,
+                                      dispatcher="flex-deepep"))  # fmt: skip
+
+
+@pytest.mark.parametrize("sizes", ["2,4", "2 4", "[2, 4]", "[2,4]"])
+def test_list_flags_take_every_written_form(sizes, capsys):
+    """The help's own example ([8, 4]) and a JSON list are read as the list, not split into '[2' and '4]'."""
+    code = main(["estimate-throughput", "--model", "deepseek-v3", "--gpu", "h100", "--num-gpus", "256",
+                 "--seq-len", "131072", "--gbs", "64", "--tp", "4", "--cp", "8", "--pp", "8", "--pipeline-layout", "Et|(tt|)*30mL",
+                 "--ep", "32", "--cp-comm-type", "a2a+p2p", "--hierarchical-cp-sizes", sizes,
+                 "--recompute-granularity", "selective", "--recompute-modules", '["moe", "mlp"]', "--json"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and '"step_s": ' in out
+
+
+def test_an_override_without_a_value_is_named_as_such(capsys):
+    code = main(["lint", "--model", "deepseek-v3", "--gpu", "h100", "--num-gpus", "256", "--bridge-overrides",
+                 "model.tensor_model_parallel_size"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "an override is key=value (model.tensor_model_parallel_size=VALUE)" in err
