@@ -103,3 +103,30 @@ def test_an_override_without_a_value_is_named_as_such(capsys):
                  "model.tensor_model_parallel_size"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "an override is key=value (model.tensor_model_parallel_size=VALUE)" in err
+
+
+def test_an_a2a_level_across_nodes_is_named_with_the_one_inside():
+    """DeepSeek-V3 TP4 CP8 with a2a+p2p [4, 2]: the a2a level is 16 ranks over two 8-GPU nodes; [2, 4] keeps
+    it inside one. The EP group of 32 spans at least 4 nodes."""
+    from moe_long_context.tools.estimate_throughput import EstimateThroughputRequest, estimate_throughput
+
+    job = dict(model="deepseek-v3", gpu="h100", num_gpus=256, seq_len=131072, gbs=64, tp=4, cp=8, pp=8, ep=32,
+               pipeline_layout="Et|(tt|)*30mL", cp_comm_type="a2a+p2p")  # fmt: skip
+    across = estimate_throughput(EstimateThroughputRequest(**job, hierarchical_cp_sizes=[4, 2]))
+    found = {f.code: f for f in across.findings}
+    assert "hierarchical_cp_sizes=[2, 4]" in found["CP_OUTSIDE_NVLINK"].fix
+    assert "spans at least 4 NVLink domains" in found["EP_OUTSIDE_NVLINK"].message
+    inside = estimate_throughput(EstimateThroughputRequest(**job, hierarchical_cp_sizes=[2, 4]))
+    assert "CP_OUTSIDE_NVLINK" not in {f.code for f in inside.findings}
+    assert inside.terms_s["cp_comm"] < across.terms_s["cp_comm"]
+
+
+def test_lint_says_when_the_launch_does_not_fit_or_memory_was_not_estimated():
+    """DeepSeek-V3 unsharded on 8 H100 does not fit by thousands of GiB: lint warns as estimate_memory does; a
+    launch without a sequence length says its memory was not estimated, rather than nothing."""
+    r = lint_config(LintConfigRequest(bridge_overrides="model.seq_length=4096 dataset.seq_length=4096",
+                                      model="deepseek-v3", gpu="h100", num_gpus=8))  # fmt: skip
+    over = next(f for f in r.findings if f.code == "MEMORY_OVER_BUDGET")
+    assert over.severity == "warning" and "MEMORY_OVER_BUDGET" in r.remaining_errors
+    r = _lint("model.tensor_model_parallel_size=2 model.context_parallel_size=8")
+    assert r.corrected_memory is None and "MEMORY_NEEDS_SEQ_LEN" in {f.code for f in r.findings}

@@ -49,6 +49,7 @@ from ..memory.rank_memory import memory_model
 from ..memory.terms import GIB
 from ..model.catalog import load_gpu, model_ids
 from ..model.specs import ModelSpec
+from .estimate_memory import memory_findings
 from .lint_edit import edit_bridge, edit_megatron
 from .lint_model import resolve_model
 from .lint_read import bridge_key_findings, gpu_skipped, lint_not_checked, understand_launch
@@ -265,6 +266,7 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
     if memory is not None and memory.fits is False:  # what is handed back does not fit the GPU: not finished
         remaining.append("MEMORY_OVER_BUDGET")
     cfg, ctx = first.cfg, first.ctx
+    findings = first.findings + _memory_notes(first, memory)
     effective = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("model",)}
     effective["model"] = first.model.id
     # values in effect after the framework's own resolution
@@ -282,7 +284,7 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
         dialect=dialect,
         model=first.model.id,
         num_gpus=first.num_gpus,
-        findings=first.findings,
+        findings=findings,
         effective_config=effective,
         not_checked=lint_not_checked(first.u, first.parsed, dialect, first.model),
         checked=checked(),
@@ -292,6 +294,17 @@ def lint_config(req: LintConfigRequest) -> LintConfigResult:
         remaining_errors=remaining,
         corrected_memory=memory,
     )
+
+
+def _memory_notes(first: _Analysis, memory: MemoryVerdict | None) -> list[Finding]:
+    """What the memory model says of the launch itself: that it does not fit (as estimate_memory warns), or that
+    it could not run without a sequence length."""
+    if first.cfg.seq_len is None:
+        return [finding("MEMORY_NEEDS_SEQ_LEN", "No sequence length in the launch: memory was not estimated.",
+                        "Give the sequence length (--seq-length, model.seq_length) to check the fit.", ["seq_len"])]  # fmt: skip
+    if memory is None or memory.fits is not False:
+        return []
+    return [f for f in memory_findings(first.ctx, memory_model(first.ctx)) if f.code == "MEMORY_OVER_BUDGET"]
 
 
 def _input_of(req: LintConfigRequest) -> tuple[str, Any]:

@@ -305,3 +305,20 @@ def shard_size(ctx: Context) -> Iterator[Finding]:
             "Use a2a+p2p with the a2a level inside the domain, or p2p.",
             ["cp_comm_type", "cp"],
         )
+    levels = c.hierarchical_cp_sizes or []
+    if (
+        ctx.gpu is not None
+        and ctx.cp_comm_type == "a2a+p2p"
+        and levels
+        and c.tp * levels[0] > ctx.gpu.nvlink_domain
+    ):
+        inside = max((d for d in range(1, levels[0]) if levels[0] % d == 0 and c.tp * d <= ctx.gpu.nvlink_domain),
+                     default=1)  # fmt: skip
+        yield finding(
+            "CP_OUTSIDE_NVLINK",
+            f"The a2a level of a2a+p2p (TP x {levels[0]} = {c.tp * levels[0]} ranks) spans more than one "
+            f"{ctx.gpu.nvlink_domain}-GPU NVLink domain: its all-to-all of every attention layer crosses the network.",
+            f"Put the a2a level inside the domain: hierarchical_cp_sizes=[{inside}, {c.cp // inside}] (size_cp "
+            "chooses it).",
+            ["hierarchical_cp_sizes", "cp_comm_type"],
+        )

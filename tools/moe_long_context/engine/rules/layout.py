@@ -162,7 +162,7 @@ def nvlink_domains(ctx: Context) -> Iterator[Finding]:
     if lay.ep * lay.etp > domain and lay.world > domain:
         yield finding(
             "EP_OUTSIDE_NVLINK",
-            f"EP x ETP = {lay.ep * lay.etp} spans {lay.ep * lay.etp // domain or 1}+ NVLink domains of "
+            f"EP x ETP = {lay.ep * lay.etp} spans at least {-(-lay.ep * lay.etp // domain)} NVLink domains of "
             f"{gpu.nvlink_domain} GPUs: the token all-to-all crosses the network.",
             "Expected at this scale; DeepEP/HybridEP reduce its cost, EP overlap hides part of it.",
             ["ep"],
