@@ -130,3 +130,22 @@ def test_lint_says_when_the_launch_does_not_fit_or_memory_was_not_estimated():
     assert over.severity == "warning" and "MEMORY_OVER_BUDGET" in r.remaining_errors
     r = _lint("model.tensor_model_parallel_size=2 model.context_parallel_size=8")
     assert r.corrected_memory is None and "MEMORY_NEEDS_SEQ_LEN" in {f.code for f in r.findings}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "error"),
+    [("([0]*3+[1]*50)", True), ("([0]*3+[1]*58)", False), ("[0,0,0]+[1]*58", False), ("1", False)],
+)
+def test_a_moe_layer_pattern_needs_one_entry_per_layer(pattern, error):
+    """MCore gpt_layer_specs.py:653 asserts len(pattern) == num_layers (DeepSeek-V3: 61)."""
+    from moe_long_context.dialects.overrides import architecture_flags, drop_flags
+
+    shapes = drop_flags(architecture_flags(load_model("deepseek-v3")), {"--moe-layer-freq"})
+    launch = [*shapes, "--moe-layer-freq", pattern, "--micro-batch-size", "1", "--global-batch-size", "64",
+              "--seq-length", "4096", "--tensor-model-parallel-size", "8", "--sequence-parallel"]  # fmt: skip
+    r = lint_config(LintConfigRequest(megatron_args=launch, gpu="h100", num_gpus=1024))
+    found = [f for f in r.findings if f.code == "MOE_LAYER_FREQ_LENGTH"]
+    assert bool(found) is error
+    if error:
+        assert found[0].severity == "error" and "53 entries for 61 decoder layers" in found[0].message
+        assert "'([0]*3+[1]*58)'" in found[0].fix

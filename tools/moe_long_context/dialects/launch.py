@@ -144,7 +144,7 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
                 _set_plain(u, "mtp_num_layers", flag, vals, "value")
             continue
         if flag == "--moe-layer-freq":
-            dense = _moe_layer_freq(vals[0]) if vals else None
+            u.architecture[flag], dense = (vals or [None])[0], _moe_layer_freq(vals[0]) if vals else None
             if dense is None:
                 u.not_checked.append(f"{flag} {' '.join(vals)}")
             else:

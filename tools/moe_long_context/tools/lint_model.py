@@ -4,6 +4,7 @@ the launch itself writes (the Megatron-LM flags or Bridge keys checked against a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,7 +36,35 @@ def _spec_value(spec: ModelSpec, key: str) -> Any:
 
 def resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[Finding]]:
     spec, notes = _resolve(u, given)
-    return spec, notes + _function_flags_missing(u, spec)
+    return spec, notes + _function_flags_missing(u, spec) + _moe_layer_freq_length(u, spec)
+
+
+def _pattern_length(text: str) -> int | None:
+    """Entries of a --moe-layer-freq list ('([0]*3+[1]*58)', '[0,1,1]'); None for an int (a frequency)."""
+    compact = text.replace(" ", "").removeprefix("(").removesuffix(")")
+    if not compact.startswith("["):
+        return None
+    total = 0
+    for part in compact.split("+"):
+        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", part)
+        if not m:
+            return None
+        total += len(m.group(1).split(",")) * int(m.group(2) or 1)
+    return total
+
+
+def _moe_layer_freq_length(u: Understood, spec: ModelSpec) -> list[Finding]:
+    """MOE_LAYER_FREQ_LENGTH: a per-layer --moe-layer-freq list needs one entry per decoder layer (MCore
+    models/gpt/gpt_layer_specs.py:653 asserts it)."""
+    text = u.architecture.get("--moe-layer-freq")
+    length = _pattern_length(str(text)) if text is not None else None
+    layers = u.architecture.get("num_hidden_layers") or spec.num_layers
+    if length is None or length == layers:
+        return []
+    return [finding("MOE_LAYER_FREQ_LENGTH",
+                    f"--moe-layer-freq {text} has {length} entries for {layers} decoder layers: Megatron Core asserts "
+                    "one per layer.", f"Give {layers} entries (0 dense, 1 MoE), e.g. "
+                    f"'([0]*{spec.num_dense_layers}+[1]*{layers - spec.num_dense_layers})'.", ["--moe-layer-freq"])]  # fmt: skip
 
 
 def _function_flags_missing(u: Understood, spec: ModelSpec) -> list[Finding]:
