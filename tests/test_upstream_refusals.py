@@ -149,3 +149,15 @@ def test_a_moe_layer_pattern_needs_one_entry_per_layer(pattern, error):
     if error:
         assert found[0].severity == "error" and "53 entries for 61 decoder layers" in found[0].message
         assert "'([0]*3+[1]*58)'" in found[0].fix
+
+
+def test_the_launchs_world_size_is_read_and_a_different_one_is_named():
+    """torchrun without --nnodes runs one node (its default); a num_gpus that differs from the launch's own world
+    size is checked, and lint says it replaced the launch's."""
+    launch = ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 8 --sequence-parallel "
+              "--seq-length 4096 --micro-batch-size 1 --global-batch-size 8")  # fmt: skip
+    r = lint_config(LintConfigRequest(megatron_args=launch, model="deepseek-v3", gpu="h100"))
+    assert r.num_gpus == 8 and "NUM_GPUS_DIFFERS" not in {f.code for f in r.findings}
+    r = lint_config(LintConfigRequest(megatron_args=launch, model="deepseek-v3", gpu="h100", num_gpus=16))
+    differs = next(f for f in r.findings if f.code == "NUM_GPUS_DIFFERS")
+    assert r.num_gpus == 16 and "launch's own world size of 8 GPUs" in differs.message

@@ -214,12 +214,11 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
         elif "false_when" in rule:
             u.set(rule["field"], value != rule["false_when"], var)
     # GPU count from the launcher (torchrun --nnodes x --nproc-per-node)
-    nodes = (
-        _int(parsed.launcher.get("--nnodes", "").split(":")[-1]) if parsed.launcher.get("--nnodes") else None
-    )
+    raw = parsed.launcher.get("--nnodes")  # absent: torchrun's default of one node
+    nodes = _int(raw.split(":")[-1]) if raw else 1
     per_node = _int(parsed.launcher.get("--nproc-per-node", ""))
-    if per_node and (nodes or parsed.launcher.get("--standalone")):
-        u.num_gpus = per_node * (nodes or 1)
+    if per_node and nodes:
+        u.num_gpus = per_node * nodes
     for value in parsed.unresolved:
         if value not in u.not_checked and not any(value.startswith(n) for n in u.not_checked):
             u.not_checked.append(f"{value} (unresolved shell variable)")

@@ -183,6 +183,10 @@ def _analyse(
     cfg = _build_config(fields, u, model, gpu_id, world)
     ctx = Context(cfg=cfg, model=model, gpu=gpu)
     found = run(ctx) + u.notes + model_notes
+    if num_gpus and u.num_gpus and num_gpus != u.num_gpus:
+        found.append(finding("NUM_GPUS_DIFFERS", f"num_gpus={num_gpus} is checked, not the launch's own world size "
+                             f"of {u.num_gpus} GPUs.", "Drop num_gpus to check the launch as written, or change the "
+                             "launch's node count.", ["num_gpus"]))  # fmt: skip
     found += [
         finding("VALUE_NOT_READ", p, "Give a value of the right type.", [p.split()[0]]) for p in u.problems
     ]
