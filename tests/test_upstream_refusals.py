@@ -161,3 +161,31 @@ def test_the_launchs_world_size_is_read_and_a_different_one_is_named():
     r = lint_config(LintConfigRequest(megatron_args=launch, model="deepseek-v3", gpu="h100", num_gpus=16))
     differs = next(f for f in r.findings if f.code == "NUM_GPUS_DIFFERS")
     assert r.num_gpus == 16 and "launch's own world size of 8 GPUs" in differs.message
+
+
+@pytest.mark.parametrize(("config", "message"), [('{"model": 5}', r"config.model=5 is not allowed: an object"),
+                                                 ('{"model": {}, "train": "abc"}', r"config.train='abc'")])  # fmt: skip
+def test_a_config_section_that_is_not_an_object_is_refused(config, message):
+    with pytest.raises(InputError, match=message):
+        lint_config(LintConfigRequest(config=config, **WHERE))
+
+
+def test_cli_flag_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--num-gpus"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.count("\n") == 1 and "moe-lc plan: argument --num-gpus: expected one argument" in err
+    assert (
+        main(["estimate-memory", "--model", "deepseek-v3", "--num-gpus", "8", "--pipeline-layout", ""]) == 2
+    )
+    assert "pipeline_layout='' is not allowed" in capsys.readouterr().err
+
+
+def test_a_lora_throughput_says_what_it_counts():
+    from moe_long_context.tools.estimate_throughput import EstimateThroughputRequest, estimate_throughput
+
+    r = estimate_throughput(EstimateThroughputRequest(model="qwen3-30b-a3b", gpu="h100", num_gpus=8, seq_len=4096,
+                                                      ep=8, gbs=64, lora_dim=16))  # fmt: skip
+    assert any(a.startswith("LoRA rank 16: the frozen base runs its GEMMs forward and input gradient only")
+               for a in r.assumptions)  # fmt: skip

@@ -371,7 +371,7 @@ def flatten_config(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def load_config_object(source: str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(source, Mapping):
         check_nesting(source, "config")
-        return dict(source)
+        return _sections_are_objects(dict(source))
     try:
         data = yaml.safe_load(source)
     except RecursionError:
@@ -383,7 +383,26 @@ def load_config_object(source: str | Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise InputError("config", str(source)[:60], "a JSON or YAML object with ConfigContainer sections")
     check_nesting(data, "config")
-    return dict(data)
+    return _sections_are_objects(dict(data))
+
+
+# ConfigContainer entries a recipe may give as a name rather than an object (mixed_precision="bf16_mixed").
+_NAMED_SECTIONS = ("mixed_precision", "peft", "comm_overlap", "env_vars")
+
+
+def _sections_are_objects(data: dict[str, Any]) -> dict[str, Any]:
+    """A ConfigContainer section (model, train, optimizer, ...) is an object: Bridge cannot build one from 5."""
+    from .bridge_keys import bridge_sections
+
+    for name, value in data.items():
+        if (
+            name in bridge_sections()
+            and name not in _NAMED_SECTIONS
+            and not isinstance(value, Mapping | None)
+        ):
+            raise InputError(f"config.{name}", value, f"an object of {name} fields (e.g. {{tensor_model_parallel_size: 2}})"
+                             if name == "model" else f"an object of {name} fields")  # fmt: skip
+    return data
 
 
 def unflatten(keys: Mapping[str, Any]) -> dict[str, Any]:

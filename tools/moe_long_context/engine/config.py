@@ -153,6 +153,7 @@ class ParallelArgs(_Args):
 class PipelineSplitArgs(_Args):
     pipeline_layout: str | None = Field(
         default=None,
+        min_length=1,
         max_length=4096,
         description="Explicit --pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30mL': E embedding, t decoder "
         "layer, m MTP layer, L loss, '|' between virtual stages, (..)*n and x*n repeat.",

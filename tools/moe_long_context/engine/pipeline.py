@@ -322,7 +322,9 @@ def _split_uneven(num_layers: int, pp: int, vpp: int | None, mtp: int, first: in
         problems.append(
             SplitProblem(
                 "PP_UNEVEN_NOT_DIVISIBLE",
-                f"{middle_layers} layers remain for {middle_ranks} middle PP stages",
+                f"the first and last stages take {-middle_layers} more layers than the model has"
+                if middle_layers < 0
+                else f"{middle_layers} layers remain for {middle_ranks} middle PP stages",
                 keys,
             )
         )

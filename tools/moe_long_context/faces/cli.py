@@ -323,8 +323,15 @@ def _serve(ns: argparse.Namespace) -> int:
     return 0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags get one line naming the command and pointing at its --help, not the whole usage block."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="moe-lc",
         description="Plan and check long-context MoE training on Megatron Bridge / Megatron Core "
         "(Bridge 0.6, Megatron Core 0.19, Transformer Engine 2.14).",

@@ -71,6 +71,13 @@ def estimate_throughput_config(cfg: TrainingConfig) -> EstimateThroughputResult:
     ctx = build_context(cfg)
     error = stated_error("throughput", ctx.model.family)
     assumptions = [*ASSUMPTIONS, "Stated error " + basis("throughput", ctx.model.family) + "."]
+    if cfg.peft == "lora":
+        assumptions.append(
+            f"LoRA rank {cfg.lora_dim}: the frozen base runs its GEMMs forward and input gradient only (2x forward, "
+            "not 3x), the adapters' skinny GEMMs are priced as HBM traffic, and only the adapters sync and step; "
+            "model TFLOP/s and MFU keep the full 3x count, as Bridge reports them for these models "
+            "(training/utils/flop_utils.py)."
+        )
     findings = sort_findings(run(ctx, ESTIMATE_FAMILIES))
     empty = dict.fromkeys(
         ("step_s", "tokens_per_step", "tokens_per_s", "tokens_per_s_range", "tflops_per_gpu", "mfu",
