@@ -196,7 +196,7 @@ def test_layout_vpp_mismatch():
 
 def test_alternatives_that_no_request_could_carry_are_left_out():
     """MBS 4096 on 8192 GPUs: filling the pipeline would need a gbs beyond the field's bound."""
-    asked = dict(model="deepseek-v3", num_gpus=8192, mbs=4096)
+    asked = dict(model="deepseek-v3", num_gpus=8192, mbs=4096, pp=3)
     result = budget(**asked)
     assert not result.valid
     for alternative in result.alternatives:  # each one can be sent back as a request
