@@ -8,7 +8,7 @@ import pytest
 from moe_long_context.dialects.overrides import architecture_flags, drop_flags, function_flags
 from moe_long_context.dialects.tables import megatron_flags
 from moe_long_context.engine.config import TrainingConfig
-from moe_long_context.model.catalog import load_model
+from moe_long_context.model.catalog import load_model, models
 from moe_long_context.tools.estimate_throughput import estimate_throughput_config
 from moe_long_context.tools.lint_config import LintConfigRequest, lint_config
 from moe_long_context.tools.plan_layout import PlanLayoutRequest, plan_layout
@@ -146,3 +146,21 @@ def test_a_launch_that_leaves_the_functions_to_the_defaults_is_warned():
     )
     r = lint_config(LintConfigRequest(megatron_args=" ".join(shapes) + " " + job, gpu="h100", num_gpus=1024))
     assert "MODEL_FLAGS_DEFAULTED" not in {f.code for f in r.findings}
+
+
+@pytest.mark.parametrize("model", sorted(s.id for s in models()))
+def test_every_catalog_model_plans_a_launch_lint_reads_back_as_itself(model):
+    """For every catalog model, megatron_model_args + the top plan's megatron_args: lint recognises the model
+    (or its declared twin in architecture), finds no error and no defaulted function flag, at the plan's peak.
+    Twins in shape are told apart by their router, functions and hybrid pattern (Moonlight / DeepSeek-V2-Lite,
+    Nemotron 3 Nano / 3.5 Lightning)."""
+    r = plan_layout(PlanLayoutRequest(model=model, gpu="h100", num_gpus=256, seq_len=32768, precision="bf16",
+                                      top_n=1))  # fmt: skip
+    assert r.plans, r.no_plan_reason
+    plan = r.plans[0]
+    linted = lint_config(LintConfigRequest(megatron_args=r.megatron_model_args + plan.megatron_args, gpu="h100",
+                                           num_gpus=256))  # fmt: skip
+    twins = {"glm-4.7": "glm-4.5"}  # one architecture, MODEL_RECOGNISED names both
+    assert linted.model == twins.get(model, model) and linted.valid
+    assert "MODEL_FLAGS_DEFAULTED" not in {f.code for f in linted.findings}
+    assert linted.corrected_memory.peak_gib == pytest.approx(plan.memory.peak_gib, abs=0.05)

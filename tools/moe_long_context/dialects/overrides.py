@@ -51,6 +51,10 @@ def architecture_flags(
     ]  # fmt: skip
     if m.is_mla:
         out += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)]
+        if (
+            m.hidden_size % m.num_attention_heads
+        ):  # LM derives kv_channels from them and asserts (LM_KV_CHANNELS)
+            out += ["--kv-channels", str(m.v_head_dim or m.head_dim)]
         if m.q_lora_rank:
             out += ["--q-lora-rank", str(m.q_lora_rank)]
         out += ["--qk-head-dim", str(m.head_dim), "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim),

@@ -39,6 +39,15 @@ def resolve_model(u: Understood, given: str | dict | None) -> tuple[ModelSpec, l
     return spec, notes + _function_flags_missing(u, spec) + _moe_layer_freq_length(u, spec)
 
 
+def _same_pattern(arch: dict[str, Any], spec: ModelSpec) -> bool:
+    """A hybrid launch's --hybrid-layer-pattern is this model's, MTP block included ('main/mtp/mtp')."""
+    written = arch.get("--hybrid-layer-pattern")
+    if written is None or not spec.is_hybrid:
+        return True
+    main, *mtp = str(written).split("/")
+    return main == spec.hybrid_layer_pattern and all(b == spec.mtp_block_pattern for b in mtp)
+
+
 def _pattern_length(text: str) -> int | None:
     """Entries of a --moe-layer-freq list ('([0]*3+[1]*58)', '[0,1,1]'); None for an int (a frequency)."""
     compact = text.replace(" ", "").removeprefix("(").removesuffix(")")
@@ -126,6 +135,12 @@ def _resolve(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[F
     dsa = arch.get("--experimental-attention-variant") == "dsa"
     hybrid = "--hybrid-layer-pattern" in arch
     matches = [s for s in matches if s.has_dsa == dsa and s.is_hybrid == hybrid]
+    if (
+        len(matches) > 1
+    ):  # twins in shape (Moonlight and DeepSeek-V2-Lite, Nano and Lightning): what else agrees
+        closer = [s for s in matches if _same_pattern(arch, s) and not _function_flags_missing(u, s)
+                  and arch.get("--moe-router-score-function", "softmax") == s.moe_router_score_function]  # fmt: skip
+        matches = closer or matches
     same = (
         len({model_params(s).total for s in matches}) == 1
     )  # e.g. GLM-4.5 and GLM-4.7 share one architecture
