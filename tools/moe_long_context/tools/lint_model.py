@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..dialects.launch import Understood
+from ..dialects.launch import Understood, _scalar
 from ..dialects.overrides import function_flags
 from ..engine.findings import Finding
 from ..engine.rules import finding
@@ -98,15 +98,6 @@ def _function_flags_missing(u: Understood, spec: ModelSpec) -> list[Finding]:
                     "(LayerNorm, GeLU MLPs, biases, the softmax router, vanilla softmax) then build another model. "
                     "The rules and the memory model judge the catalog model.",
                     f"Add {' '.join(missing)}.", [t for t in missing if t.startswith("--")])]  # fmt: skip
-
-
-def _scalar(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _resolve(u: Understood, given: str | dict | None) -> tuple[ModelSpec, list[Finding]]:
