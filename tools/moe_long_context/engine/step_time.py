@@ -85,7 +85,9 @@ ASSUMPTIONS = [
     "fp8_utils.py:673-689, fp4_utils.py:247-263: decoder layer numbers, MTP layers excluded) run their GEMMs at "
     "the BF16 rate.",
     f"NVLink collectives reach {NVLINK_EFFICIENCY:.0%} and the scale-out network {NETWORK_EFFICIENCY:.0%} of the "
-    "per-GPU link bandwidth of the catalog; a group wider than the NVLink domain runs at the network rate.",
+    "per-GPU link bandwidth of the catalog; a group wider than the NVLink domain runs at the network rate, and "
+    "one within it is taken to sit in one domain (on NVL72, ranks placed so a group of up to 72 stays in a rack: "
+    "64 a rack for power-of-two groups).",
     "TP with sequence parallelism: all-gather + reduce-scatter of [tokens, hidden] around attention and the "
     f"dense/shared MLP, fwd and bwd; {TP_OVERLAP:.0%} hidden behind GEMMs.",
     "CP p2p (ring): K and V of every other shard stream past each rank (fwd, and K, V, dK, dV in bwd), "
