@@ -7,7 +7,6 @@ as Megatron accepts them) and everything the engine does not model (listed as no
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from .conflicts import bridge_conflicts, megatron_conflicts
 from .launch_checks import bridge_checks, megatron_checks
 from .lm_args import LM_ONLY_FLAGS, runs_pretrain
 from .lm_derived import derive_ffn_sizes
+from .moe_layer_freq import moe_layer_freq_dense
 from .overrides import FUNCTION_FLAGS
 from .tables import ParsedScript, dialect_table, megatron_flags
 
@@ -60,22 +60,6 @@ def _scalar(text: str) -> Any:
         except ValueError:
             pass
     return text
-
-
-def _moe_layer_freq(text: str) -> int | None:
-    """Leading dense layers from --moe-layer-freq ('1', '([0]*3+[1]*58)', '[0,0,0,1,...]')."""
-    compact = text.replace(" ", "")
-    m = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?", compact)
-    if m:
-        return int(m.group(1))
-    if compact == "1":
-        return 0
-    m = re.fullmatch(r"\[([01](?:,[01])*)\]", compact)
-    if m:
-        bits = m.group(1).split(",")
-        dense = len(bits) - len("".join(bits).lstrip("0"))
-        return dense if "0" not in "".join(bits)[dense:] else None
-    return None
 
 
 def _moe_layer_with_full(name: str, full: str) -> Finding:
@@ -144,7 +128,8 @@ def understand_megatron(parsed: ParsedScript) -> Understood:
                 _set_plain(u, "mtp_num_layers", flag, vals, "value")
             continue
         if flag == "--moe-layer-freq":
-            u.architecture[flag], dense = (vals or [None])[0], _moe_layer_freq(vals[0]) if vals else None
+            u.architecture[flag] = vals[0] if vals else None  # its length is judged by lint_model
+            dense = moe_layer_freq_dense(vals[0]) if vals else None
             if dense is None:
                 u.not_checked.append(f"{flag} {' '.join(vals)}")
             else:

@@ -141,16 +141,20 @@ def unwritten_features(m: ModelSpec) -> list[str]:
     return out
 
 
-def drop_flags(tokens: list[str], flags: set[str]) -> list[str]:
-    """``tokens`` without the given flags and their values."""
-    out: list[str] = []
-    keep = True
+def flag_groups(tokens: list[str]) -> list[tuple[str, list[str]]]:
+    """Launch tokens as (flag, its values), in order; tokens before the first flag are dropped."""
+    groups: list[tuple[str, list[str]]] = []
     for token in tokens:
         if token.startswith("--"):
-            keep = token not in flags
-        if keep:
-            out.append(token)
-    return out
+            groups.append((token, []))
+        elif groups:
+            groups[-1][1].append(token)
+    return groups
+
+
+def drop_flags(tokens: list[str], flags: set[str]) -> list[str]:
+    """``tokens`` without the given flags and their values."""
+    return [t for flag, values in flag_groups(tokens) if flag not in flags for t in (flag, *values)]
 
 
 def merge_flags(first: list[str], then: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ import yaml
 
 from ..errors import InputError, check_nesting, too_deep
 from ..model.yaml_data import load_data_yaml
-from .bridge_keys import bridge_value_problem
+from .bridge_keys import bridge_sections, bridge_value_problem
 from .hydra import HydraValueError, hydra_value, parse_value
 from .shell import ShellSyntaxError, Word, split_words
 from .shell import quote as shell_quote
@@ -392,8 +392,6 @@ _NAMED_SECTIONS = ("mixed_precision", "peft", "comm_overlap", "env_vars")
 
 def _sections_are_objects(data: dict[str, Any]) -> dict[str, Any]:
     """A ConfigContainer section (model, train, optimizer, ...) is an object: Bridge cannot build one from 5."""
-    from .bridge_keys import bridge_sections
-
     for name, value in data.items():
         if (
             name in bridge_sections()

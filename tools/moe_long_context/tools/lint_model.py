@@ -4,13 +4,13 @@ the launch itself writes (the Megatron-LM flags or Bridge keys checked against a
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import ValidationError
 
 from ..dialects.launch import Understood, _scalar
-from ..dialects.overrides import function_flags
+from ..dialects.moe_layer_freq import moe_layer_freq_length
+from ..dialects.overrides import flag_groups, function_flags
 from ..engine.findings import Finding
 from ..engine.rules import finding
 from ..errors import InputError
@@ -48,25 +48,11 @@ def _same_pattern(arch: dict[str, Any], spec: ModelSpec) -> bool:
     return main == spec.hybrid_layer_pattern and all(b == spec.mtp_block_pattern for b in mtp)
 
 
-def _pattern_length(text: str) -> int | None:
-    """Entries of a --moe-layer-freq list ('([0]*3+[1]*58)', '[0,1,1]'); None for an int (a frequency)."""
-    compact = text.replace(" ", "").removeprefix("(").removesuffix(")")
-    if not compact.startswith("["):
-        return None
-    total = 0
-    for part in compact.split("+"):
-        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", part)
-        if not m:
-            return None
-        total += len(m.group(1).split(",")) * int(m.group(2) or 1)
-    return total
-
-
 def _moe_layer_freq_length(u: Understood, spec: ModelSpec) -> list[Finding]:
     """MOE_LAYER_FREQ_LENGTH: a per-layer --moe-layer-freq list needs one entry per decoder layer (MCore
     models/gpt/gpt_layer_specs.py:653 asserts it)."""
     text = u.architecture.get("--moe-layer-freq")
-    length = _pattern_length(str(text)) if text is not None else None
+    length = moe_layer_freq_length(str(text)) if text is not None else None
     layers = u.architecture.get("num_hidden_layers") or spec.num_layers
     if length is None or length == layers:
         return []
@@ -83,14 +69,10 @@ def _function_flags_missing(u: Understood, spec: ModelSpec) -> list[Finding]:
     if u.dialect != "megatron-lm" or "num_hidden_layers" not in arch or spec.id == "custom":
         return []
     missing: list[str] = []
-    tokens = function_flags(spec)
-    for i, token in enumerate(tokens):
-        if not token.startswith("--"):
-            continue
-        value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else None
-        given = arch.get(token)
-        if given is None or (value is not None and _scalar(str(given)) != _scalar(value)):
-            missing += [token] + ([value] if value is not None else [])
+    for flag, values in flag_groups(function_flags(spec)):
+        given = arch.get(flag)
+        if given is None or (values and _scalar(str(given)) != _scalar(values[0])):
+            missing += [flag, *values]
     if not missing:
         return []
     return [finding("MODEL_FLAGS_DEFAULTED",

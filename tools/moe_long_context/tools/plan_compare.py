@@ -15,7 +15,7 @@ from ..model.catalog import load_model
 from ..model.specs import GpuSpec, ModelSpec
 from .plan_evaluate import Evaluated
 from .plan_models import PlanLayoutRequest, ReferenceComparison
-from .plan_search import _vpp_from_layout, seconds_per_token
+from .plan_search import _vpp_from_layout, required_settings, seconds_per_token
 
 
 def published_for(model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRequest) -> list[Any]:
@@ -52,8 +52,7 @@ def _references(
             notes.append(
                 f"published layout without its SFT data format ({', '.join(packed)}), as the plans run"
             )
-        if model.has_dsa:  # MCore asserts DSA runs without RoPE fusion, which Megatron-LM turns on
-            c["apply_rope_fusion"] = False
+        c.update(required_settings(model))
         if req.overhead_gib is not None:
             c["overhead_gib"] = req.overhead_gib
         # the TE loss kernel is a Bridge recipe choice Megatron-LM refuses (LM_CROSS_ENTROPY_TE)

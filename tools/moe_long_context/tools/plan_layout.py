@@ -19,7 +19,7 @@ from typing import Any
 
 from ..dialects.overrides import architecture_flags, drop_flags, unwritten_features
 from ..engine.config import TrainingConfig, lora_config
-from ..engine.rules.upstream import coverage
+from ..engine.rules.upstream import checked, coverage
 from ..engine.stated_error import stated_error
 from ..engine.step_time import ASSUMPTIONS as PERF_ASSUMPTIONS
 from ..errors import InputError
@@ -43,6 +43,7 @@ from .plan_search import (
     enumerate_candidates,
     layout_fits_nowhere,
     layout_floors,
+    required_settings,
     seconds_per_token,
 )
 
@@ -82,10 +83,7 @@ def search_inputs(req: PlanLayoutRequest):
     }
     if req.overhead_gib is not None:
         base["overhead_gib"] = req.overhead_gib
-    if (
-        model.has_dsa
-    ):  # MCore asserts DSA runs without RoPE fusion, which Megatron-LM turns on (DSA_ROPE_FUSION)
-        base["apply_rope_fusion"] = False
+    base.update(required_settings(model))
     base.update(_lora(req))
     if req.launcher == "megatron-lm":
         base.update(use_distributed_optimizer=True, moe_grouped_gemm=True)
@@ -234,7 +232,7 @@ def _plan_layout(req: PlanLayoutRequest) -> PlanLayoutResult:
             *PERF_ASSUMPTIONS,
         ],
         findings=[],
-        checked=coverage(_inputs(req, model), model)["checked"],
+        checked=checked(),
         not_checked=_not_checked(req, model, [g[0] for g in groups[: req.top_n]]),
     )
 

@@ -56,6 +56,12 @@ DEFAULT_TOKENS_PER_STEP = 2**23  # default global batch: 8M tokens a step (64 se
 WEIGHTS_FILL = "memory: BF16 weights alone fill the GPU"
 
 
+def required_settings(model: ModelSpec) -> dict:
+    """Settings every plan and published layout of this model must carry: MCore asserts DSA runs without RoPE
+    fusion (transformer_config.py:2837-2838), which Megatron-LM turns on (DSA_ROPE_FUSION)."""
+    return {"apply_rope_fusion": False} if model.has_dsa else {}
+
+
 def default_gbs(seq_len: int) -> int:
     """The largest power of two of sequences within 2^23 tokens: a batch such as 41 (200K tokens) is prime and
     leaves no data-parallel size above 1 and no interleaving, so the default must not be one."""
