@@ -27,7 +27,8 @@ def _lint(overrides: str):
         # MCore moe_layer.py:297-322: only allgather, alltoall and flex are built
         ("model.moe_token_dispatcher_type=flex-deepep", r"model.moe_token_dispatcher_type='flex-deepep' is not allowed: "
          r"alltoall, allgather or flex"),
-        ("model.moe_flex_dispatcher_backend=deep", r"'deep' is not allowed: deepep, hybridep or ncclep"),
+        ("model.moe_token_dispatcher_type=flex model.moe_flex_dispatcher_backend=deep",
+         r"'deep' is not allowed: deepep, hybridep or ncclep"),
         # MCore transformer_config.py:1778: set('moe') is {'m', 'o', 'e'}
         ("model.recompute_granularity=selective model.recompute_modules=moe",
          r"model.recompute_modules='moe' is not allowed: a list such as \[moe\].*\['e', 'm', 'o'\]"),
@@ -47,6 +48,9 @@ def test_bridge_values_megatron_refuses_are_refused(overrides, message):
     "overrides",
     [
         "++model.tensor_model_parallel_size=2",  # add-or-override
+        "+ddp.suggested_communication_unit_size=4",  # int = None by default: '+' adds it
+        "+model.params_dtype=bf16",  # a dtype Bridge leaves out of its OmegaConf view
+        "model.moe_token_dispatcher_type=alltoall model.moe_flex_dispatcher_backend=deep",  # never read
         "+model.moe_router_dtype=fp32",  # an Optional field may be unset in the recipe: '+' may add it
         "+peft.dim=8",  # peft may be null: the PEFT findings judge it
         "model.recompute_modules=moe",  # without selective recompute MCore never reads it

@@ -12,8 +12,8 @@ from typing import Any
 from ..errors import InputError
 from .tables import dialect_table
 
-# MCore 0.19.2 transformer/moe/moe_layer.py:297-322 builds one of these and raises on any other type;
-# transformer_config.py:869 types the flex backend.
+# MCore 0.19.2 transformer/moe/moe_layer.py:297-322 builds one of these and raises on any other type; the flex
+# dispatcher raises on a backend not among these (token_dispatcher.py:1769-1800).
 DISPATCHER_TYPES = ("alltoall", "allgather", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 
@@ -51,8 +51,11 @@ def check_bridge_values(keys: dict[str, Any]) -> None:
             "or ncclep); Megatron Core's MoE layer raises on any other type (transformer/moe/moe_layer.py:297-322)",
         )  # fmt: skip
     backend = keys.get("model.moe_flex_dispatcher_backend")
-    if backend is not None and backend not in FLEX_BACKENDS:
-        raise InputError("model.moe_flex_dispatcher_backend", backend, "deepep, hybridep or ncclep")
+    if (
+        kind == "flex" and backend is not None and backend not in FLEX_BACKENDS
+    ):  # only the flex dispatcher reads it
+        raise InputError("model.moe_flex_dispatcher_backend", backend, "deepep, hybridep or ncclep; the flex "
+                         "dispatcher raises on any other (transformer/moe/token_dispatcher.py:1769-1800)")  # fmt: skip
     for key, (switch, on), line in _LIST_KEYS:
         value = keys.get(key)
         if isinstance(value, str) and keys.get(switch) == on:

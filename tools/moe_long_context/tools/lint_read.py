@@ -139,7 +139,9 @@ _ALWAYS_OBJECTS = ("model", "train", "optimizer", "ddp", "scheduler", "dataset",
 def _refuse_append_to_set_keys(prefixes: dict[str, str], keys: dict[str, Any]) -> None:
     """Hydra's '+' appends a key and refuses one that holds a value ("Could not append to config. An item is
     already at ..."; Bridge applies overrides with ConfigLoaderImpl._apply_overrides_to_config,
-    training/utils/omegaconf_utils.py:163-183): a field whose type has no None always holds one."""
+    training/utils/omegaconf_utils.py:163-183). Judged only where it changes the reading: a key the engine reads
+    whose field is a plain int, float, bool, str or Literal with no None (no such field of the target versions
+    defaults to None; a dtype or callable may be left out of Bridge's OmegaConf view, where '+' does add it)."""
     sections = bridge_sections()
     for key, prefix in prefixes.items():
         section, _, name = key.partition(".")
@@ -151,7 +153,8 @@ def _refuse_append_to_set_keys(prefixes: dict[str, str], keys: dict[str, Any]) -
             or isinstance(keys.get(key), (dict, list))
         ):
             continue
-        if "None" not in kind and "Optional" not in kind and "Callable" not in kind:
+        plain = kind in ("int", "float", "bool", "str") or kind.startswith("Literal[")
+        if plain and "None" not in kind and engine_reads(key):
             raise InputError.plain(
                 f"bridge_overrides: +{key} appends a key, and Hydra refuses it where the recipe already sets one "
                 f"(Could not append to config): write {key}=... to override it, or ++{key}=... to add or override"
