@@ -37,9 +37,12 @@ def test_mamba_layer_inventory_by_hand():
     assert (
         inv["Mamba in_proj output z, x, B, C, dt (scan input, head-sharded)"] == 2 * (8192 + 64 + 2048) * tok
     )
+    # the kernel gets z and no norm weight, so it keeps its ungated output (out_x) beside the gated one it returns
+    assert inv["Mamba scan output before the z gate (the kernel keeps it for dz)"] == 2 * 4096 * tok
     assert inv["Mamba scan output (gated y, norm input)"] == 2 * 4096 * tok
     assert inv["Mamba norm output (out_proj input)"] == 2 * 4096 * tok
     assert inv["Mamba gated-norm statistics (FP32)"] == 4 * 8 * tok
+    assert len(inv) == 7
 
 
 def test_mamba_groups_repeat_when_cp_exceeds_them():

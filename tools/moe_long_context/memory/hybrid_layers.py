@@ -5,8 +5,10 @@ Mamba-2 (Megatron Core 0.19.2 ``ssm/mamba_mixer.py``, training path ``_ssm_train
 fused, TE) writes z, x, B, C, dt; under CP an all-to-all (``ssm/mamba_context_parallel.py`` :159-197) turns the
 sequence shard into a head shard over the whole sequence, so a rank holds heads / (TP x CP) for all S tokens - the
 same bytes as S / CP tokens x heads / TP, except that B and C are repeated when groups / TP < CP (:119-124). The
-memory-efficient kernel ``mamba_split_conv1d_scan_combined`` saves its input (z x B C dt) and its output and
-recomputes the conv and the chunk states in backward; the gated RMSNorm and out_proj keep their inputs. No
+memory-efficient kernel ``mamba_split_conv1d_scan_combined`` saves its input (z x B C dt) and, as Megatron Core
+gives it z and no norm weight, the scan output before the z gate (``out_x``, mamba_ssm ``ssd_combined.py``
+MambaSplitConv1dScanCombinedFn), and recomputes the conv and the chunk states in backward; its gated output goes on
+to the norm, which keeps it; the gated RMSNorm and out_proj keep their inputs. No
 selective-recompute label reaches a Mamba layer (``transformer_config.py`` :546-561 has none), so only full
 recompute frees these. The SSD scan materialises FP32 inter-chunk states [S / chunk, heads, head_dim, state] per
 rank while it runs (forward, and again in backward): a transient of one layer, not a saved tensor. Conv and SSM
@@ -68,6 +70,7 @@ def mamba_inventory(ctx: Context, sh: Shard) -> list[Saved]:
             (sh.gemm_input() * h + _norm_stats(ctx)) * rows,
         ),
         Saved("Mamba in_proj output z, x, B, C, dt (scan input, head-sharded)", BF16 * zxbcdt * tok),
+        Saved("Mamba scan output before the z gate (the kernel keeps it for dz)", BF16 * d_inner / t * tok),
         Saved("Mamba scan output (gated y, norm input)", BF16 * d_inner / t * tok),
         Saved("Mamba gated-norm statistics (FP32)", FP32 * max(1.0, (m.mamba_num_groups or 1) / t) * tok),
         Saved("Mamba norm output (out_proj input)", sh.gemm_input() * d_inner / t * tok),
