@@ -114,7 +114,9 @@ def test_recipe_fits_or_says_why_not(rid):
     memory = estimate_memory_config(TrainingConfig(**lay.config))  # the whole recipe: LoRA included
     assert memory.valid, rid
     if rid in AT_THE_EDGE:  # ran, and the estimate sits over the card by less than its stated error
-        assert not memory.fits and -memory.headroom_gib < memory.stated_error * memory.peak_gib, memory.peak_gib
+        assert not memory.fits and -memory.headroom_gib < memory.stated_error * memory.peak_gib, (
+            memory.peak_gib
+        )
         return
     assert memory.fits is lay.expect.fits, (rid, memory.peak_gib)
     if not lay.expect.fits:

@@ -232,7 +232,9 @@ def through_python_api(tool, args: dict) -> None:
 def through_mcp(portal, client: Client, tool, args: dict, *, over_json: bool) -> None:
     try:  # what the SDK client can send: it serializes the request first (and cannot, 3000 levels deep)
         args = pydantic_core.to_jsonable_python(args)  # as the server receives it
-        if over_json:  # on the wire: JSON text, which cannot carry a lone surrogate, and the SDK writes inf/NaN null
+        if (
+            over_json
+        ):  # on the wire: JSON text, which cannot carry a lone surrogate, and the SDK writes inf/NaN null
             args = pydantic_core.from_json(pydantic_core.to_json(args, inf_nan_mode="null"))
     except (ValueError, RecursionError, pydantic_core.PydanticSerializationError):
         assume(False)

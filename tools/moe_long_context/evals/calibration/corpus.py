@@ -30,9 +30,11 @@ Reason = Literal[
     "known_regression",  # the source reports a performance regression of that container
     "model_not_loadable",  # the engine does not load the model (yet); found at run time
     "flops_counted_differently",  # TFLOP/s only: tokens/s agree, the two FLOPs formulas do not; found at run time
+    "at_capacity",  # a device level at the GPU's capacity above the estimate: it bounds the need only; found at run time
     "unexplained",  # the model is off and the cause is not found; counts in the stated error
 ]
 EXCLUDED: frozenset[str] = frozenset(Reason.__args__) - {"unexplained"}
+CAPACITY_MARGIN_GIB = 0.05  # a device level within this of usable HBM is the device full, not a measurement
 Group = Literal["throughput", "memory"]
 
 

@@ -17,7 +17,7 @@ from ...errors import InputError
 from ...memory.rank_memory import memory_model
 from ...memory.terms import GIB
 from ...tools.estimate_throughput import estimate_throughput_config
-from .corpus import EXCLUDED, Corpus, Listing, Point, load_corpus
+from .corpus import CAPACITY_MARGIN_GIB, EXCLUDED, Corpus, Listing, Point, load_corpus
 
 BANDS = {"throughput": (0.85, 1.15), "memory": (0.90, 1.10)}
 GROUP = {"tokens_per_s": "throughput", "tflops": "throughput", "allocated": "memory", "reserved": "memory",
@@ -132,7 +132,22 @@ def _memory_rows(corpus: Corpus, point: Point) -> list[Row]:
     peak = model.peak_rank
     levels = {"allocated": peak.allocated, "reserved": peak.reserved, "device": peak.total}
     listing = _listing(corpus, point, "memory")
-    return [Row(point, q, v, levels[q] / GIB, listing) for q, v in wanted.items()]
+    rows = [Row(point, q, v, levels[q] / GIB, listing) for q, v in wanted.items()]
+    return [_at_capacity(r, point) for r in rows]
+
+
+def _at_capacity(row: Row, point: Point) -> Row:
+    """A device level at the GPU's capacity says the run filled the card, not what it needed: an estimate below
+    it agrees with it, and the row is listed as such (one above it is a miss and stays as it is)."""
+    usable = build_context(point.training_config()).gpu.usable_hbm_gib
+    full = row.quantity == "device" and row.measured >= usable - CAPACITY_MARGIN_GIB
+    if not full or row.estimate is None or row.estimate > row.measured:
+        return row
+    why = (
+        f"The device level is the GPU's capacity ({row.measured:.1f} of {usable:.1f} GiB usable): the run filled "
+        f"the card, which bounds what it needs from above; the estimate, {row.estimate:.1f} GiB, is below it."
+    )
+    return replace(row, listing=Listing(reason="at_capacity", why=why))
 
 
 def _not_loadable(corpus: Corpus, point: Point, exc: InputError) -> list[Row]:

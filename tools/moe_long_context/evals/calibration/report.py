@@ -24,11 +24,10 @@ import yaml
 
 from ...memory.overhead import dispatcher_key
 from ...model.catalog import gpus
-from .corpus import Corpus, Point, load_corpus, typical_runs
+from .corpus import CAPACITY_MARGIN_GIB, Corpus, Point, load_corpus, typical_runs
 from .evaluate import BANDS, UNITS, Row
 
 PERCENTILE = 0.90
-CAPACITY_MARGIN_GIB = 0.05  # a device level within this of usable HBM is the device full, not a measurement
 MIN_PAIRS_PER_GPU = 3
 MIN_ROWS_PER_FAMILY = 5  # a family's own spread is stated when it rests on at least this many counted rows
 # The Blackwell Ultra GPU of each Blackwell platform: NVIDIA gives both the same dense BF16 and FP8 peaks.
