@@ -202,7 +202,7 @@ FIELD_VALUES = {
     "optimizer_cpu_offload_fraction": [0.0, 0.5, 1.0], "activation_offload": [None, ["core_attn", "attn_proj"]],
     "cross_entropy_fusion": ["none", "native", "te"], "grad_reduce_in_fp32": [True, False],
     "reuse_grad_buf_for_mxfp8_param_ag": [True, False], "packed_sequences": [True, False],
-    "pad_to_max_length": [True, False], "pad_cu_seqlens": [True, False],
+    "pad_to_max_length": [True, False], "pad_cu_seqlens": [True, False], "calculate_per_token_loss": [True, False],
     "tp_comm_overlap": [True, False], "delay_wgrad_compute": [True, False],
     # w3-b: TransformerConfig / ModelParallelConfig settings
     "overlap_dispatch_backward_with_experts_wgrad": [True, False], "ep_overlap_early_attn_memory_release": [True, False],

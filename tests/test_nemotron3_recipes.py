@@ -235,3 +235,17 @@ def test_memory_against_the_verification_cards(rid, point, measured):
     assert low <= allocated / measured <= high or (row.listing and row.listing.reason == "unexplained"), (
         allocated
     )
+
+
+def test_the_fine_tuning_recipes_with_cp_set_the_per_token_loss_bridge_asserts():
+    """The 32K Super SFT recipe runs CP 2 and sets model.calculate_per_token_loss (recipes/nemotronh/h100/
+    nemotron_3_super.py:381-388): the engine reads it and raises nothing; without it, lint would warn."""
+    lay = RECIPES["nemotron-3-super-sft-16gpu-h100-bf16-32k"]
+    assert lay.config["cp"] == 2 and lay.config["calculate_per_token_loss"] is True
+    for rid, recipe in RECIPES.items():
+        codes = {f.code for f in run(build_context(TrainingConfig(**recipe.config)))}
+        assert not {c for c in codes if c.startswith("FINETUNE")}, rid
+    unset = {k: v for k, v in lay.config.items() if k != "calculate_per_token_loss"}
+    assert "FINETUNE_CP_PER_TOKEN_LOSS_UNSEEN" in {
+        f.code for f in run(build_context(TrainingConfig(**unset)))
+    }

@@ -20,6 +20,12 @@ class _Args(BaseModel):
 
 
 class TransformerConfigArgs(_Args):
+    calculate_per_token_loss: SkipJsonSchema[bool | None] = Field(
+        default=None,
+        description="Loss averaged over the step's tokens (model.calculate_per_token_loss, "
+        "--calculate-per-token-loss; upstream default off). Unset: the recipe's; Bridge asserts it on for "
+        "fine-tuning with CP > 1.",
+    )
     overlap_dispatch_backward_with_experts_wgrad: SkipJsonSchema[bool] = Field(
         default=False,
         description="Overlap the dispatch backward with the experts' wgrad "

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agent_question import COUNT, DIM, HEADROOM, KTOKENS, TOKENS, Catalog, Facts, _int, applies, parse
-from .agent_writeup import SPLIT_KEYS, WRITERS, _describe, _fmt, _settings_text, unverified_lines
+from .agent_writeup import (
+    SPLIT_KEYS,
+    WRITERS,
+    _describe,
+    _fmt,
+    _settings_text,
+    unseen_codes,
+    unverified_lines,
+)
 
 SKILL_ENV = "MOE_LC_EVAL_WITH_SKILL"
 TRANSCRIPT_ENV = "MOE_LC_EVAL_TRANSCRIPT"
@@ -170,7 +178,11 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
                 f"lint_config reports {len(errors)} errors Megatron would refuse: {', '.join(errors)}."
                 if errors
                 else "lint_config reports no error: Megatron accepts this configuration."
-                if not _unchecked(r)
+                if not (_unchecked(r) or unseen_codes(r))
+                else f"lint_config reports no error on what the launch shows, but {', '.join(unseen_codes(r))} "
+                "depend on values it leaves to the recipe or environment, which upstream asserts: set them as the "
+                "warnings below say."
+                if unseen_codes(r)
                 else f"lint_config reports no error on what it checks, but {_unchecked(r)} upstream checks this "
                 "configuration reaches are not modelled (under Not checked): those points are unverified."
             )

@@ -11,7 +11,7 @@ from typing import Any
 from ..engine.config import TrainingConfig
 from ..engine.context import Context
 from ..engine.pipeline import propose_splits
-from ..engine.rules.cp import shard_target
+from ..engine.rules.cp import finetuning, shard_target
 from ..engine.rules.providers import max_tp
 from ..engine.step_time import Recompute, step_time
 from ..memory.terms import GIB
@@ -191,6 +191,10 @@ def _settings(cand: Candidate, model: ModelSpec, gpu: GpuSpec, req: PlanLayoutRe
     }
     if settings["dispatcher"].startswith("flex-") and cand.ep == 1:
         settings["dispatcher"] = "alltoall"
+    if cand.cp > 1 and finetuning(
+        settings["launcher"], settings.get("peft", "none"), settings.get("packed_sequences")
+    ):
+        settings["calculate_per_token_loss"] = True  # Bridge asserts it (FINETUNE_CP_PER_TOKEN_LOSS)
     return _vpp_from_layout(settings)
 
 

@@ -294,6 +294,7 @@ REPAIRS: dict[str, Callable[[Context], Patch]] = {
     },
     "LATENT_MOE_SHARED_EXPERT_OVERLAP": lambda ctx: {"moe_shared_expert_overlap": False},
     "DSA_ROPE_FUSION": lambda ctx: {"apply_rope_fusion": False},
+    "FINETUNE_CP_PER_TOKEN_LOSS": lambda ctx: {"calculate_per_token_loss": True},
 }
 
 

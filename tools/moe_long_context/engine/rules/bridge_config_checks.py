@@ -16,6 +16,7 @@ from typing import Any
 
 from ..context import Context
 from ..findings import Finding
+from .cp import finetuning
 from .table import finding
 
 _TRUE = (True, "true", "True", "1", 1)
@@ -33,8 +34,8 @@ def _on(value: Any) -> bool:
 
 def bridge_config_checks(keys: Mapping[str, Any], ctx: Context) -> list[Finding]:
     out: list[Finding] = []
-    for check in (_deterministic, _fsdp, _eval_cp, _packing, _modelopt, _process_groups, _precision, _offload,
-                  _providers, _attention, _delayed_wgrad_graphs):  # fmt: skip
+    for check in (_deterministic, _fsdp, _eval_cp, _packing, _finetuning_cp, _modelopt, _process_groups, _precision,
+                  _offload, _providers, _attention, _delayed_wgrad_graphs):  # fmt: skip
         out.extend(check(keys, ctx))
     return out
 
@@ -145,6 +146,23 @@ def _eval_cp(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
             f"{c.pp} x {ecp} = {size} does not divide the {c.num_gpus} GPUs; Bridge asserts it.",
             f"Pick an eval CP with {c.tp * c.pp} x eval CP dividing {c.num_gpus}.",
             ["dist.eval_context_parallel_size", "tp", "pp"],
+        )
+
+
+def _finetuning_cp(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
+    """config.py:1455-1457, validate: fine-tuning with CP > 1 asserts the DDP does not average in the collective
+    (the per-token loss already divides by the tokens). Off is the DDP default and the SFT and PEFT bases'."""
+    c = ctx.cfg
+    if (
+        c.cp > 1
+        and finetuning(c.launcher, c.peft, c.packed_sequences)
+        and _on(keys.get("ddp.average_in_collective"))
+    ):
+        yield finding(
+            "FINETUNE_CP_AVERAGE_IN_COLLECTIVE",
+            f"Fine-tuning with CP={c.cp} and ddp.average_in_collective=true: Bridge asserts it is off.",
+            "Set ddp.average_in_collective=false.",
+            ["ddp.average_in_collective", "cp"],
         )
 
 

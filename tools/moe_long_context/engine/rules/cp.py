@@ -274,6 +274,39 @@ def comm_type(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def finetuning(launcher: str, peft: str | None, packed_sequences: bool | None) -> bool:
+    """A Bridge job on a fine-tuning dataset: LoRA (the PEFT recipes read SFT datasets) or offline packing, which
+    only Bridge's SFT dataset configs have (data/builders/gpt_sft.py:127). An unpacked full SFT given as overrides
+    does not show which dataset it reads."""
+    return launcher == "bridge" and (peft == "lora" or bool(packed_sequences))
+
+
+@check("cp")
+def finetuning_loss(ctx: Context) -> Iterator[Finding]:
+    """Bridge 0.6.2 training/config.py:1439-1454 (ConfigContainer.validate): fine-tuning with CP > 1 asserts the
+    per-token loss, so that a CP rank whose tokens are all masked does not turn the loss into NaN."""
+    c = ctx.cfg
+    if c.cp == 1 or not finetuning(c.launcher, c.peft, c.packed_sequences) or c.calculate_per_token_loss:
+        return
+    job = "LoRA" if c.peft == "lora" else "packed SFT"
+    if c.calculate_per_token_loss is False:
+        yield finding(
+            "FINETUNE_CP_PER_TOKEN_LOSS",
+            f"{job} with CP={c.cp} and model.calculate_per_token_loss=false: Bridge asserts it is on when "
+            "fine-tuning with CP > 1.",
+            "Set model.calculate_per_token_loss=true (and keep ddp.average_in_collective=false).",
+            ["calculate_per_token_loss", "cp"],
+        )
+    else:
+        yield finding(
+            "FINETUNE_CP_PER_TOKEN_LOSS_UNSEEN",
+            f"{job} with CP={c.cp}: Bridge asserts model.calculate_per_token_loss=true when fine-tuning with CP > 1, "
+            "and the overrides leave it to the recipe (off in the SFT and PEFT bases, recipes/common.py).",
+            "Set model.calculate_per_token_loss=true unless the recipe does (and keep ddp.average_in_collective=false).",
+            ["calculate_per_token_loss", "cp"],
+        )
+
+
 @check("cp")
 def shard_size(ctx: Context) -> Iterator[Finding]:
     c = ctx.cfg
