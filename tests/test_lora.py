@@ -306,10 +306,37 @@ def test_exclude_modules_next_to_target_modules_stops_the_run(targets, fires, ex
         assert not r.valid
 
 
-def test_normalize_moe_lora_comes_back_as_the_upstream_check_it_reaches():
-    """The engine does not read normalize_moe_lora; the inventory check it reaches (Bridge peft/utils.py:694, the
-    rank divisible by moe_router_topk) is listed under not_checked instead of 'not read'."""
+def test_normalize_moe_lora_is_judged_and_its_memory_effect_listed_as_not_modelled():
+    """Its check (Bridge peft/utils.py:694, the rank divisible by moe_router_topk) is a rule now; what stays unmodelled
+    is the smaller expert adapters it makes, so lint lists the key with that note and no inventory row."""
     r = _lint([*OVERRIDES[:7], "++peft.normalize_moe_lora=true"])
     [entry] = [n for n in r.not_checked if n.keys == ["peft.normalize_moe_lora"]]
-    assert entry.id == "br-pu-002" and entry.source == "Bridge peft/utils.py:694"
-    assert "moe_router_topk" in entry.requires
+    assert entry.id is None and "validity is judged" in entry.requires and "not modelled" in entry.requires
+    assert "br-pu-002" not in {n.id for n in r.not_checked}
+
+
+@pytest.mark.parametrize(
+    ("dim", "targets", "expect"),
+    [(12, None, True), (16, None, False), (12, "[linear_qkv,linear_proj]", False)],
+)
+def test_normalize_moe_lora_needs_a_dim_divisible_by_topk(dim, targets, expect):
+    """peft/utils.py:682-697: expert adapters get dim // moe_router_topk (Qwen3-30B-A3B routes top-8); only expert
+    linears reach it, so attention-only targets never raise."""
+    overrides = ["model.expert_model_parallel_size=8", "train.global_batch_size=64", f"++peft.dim={dim}",
+                 "++peft.normalize_moe_lora=true"] + ([f"++peft.target_modules={targets}"] if targets else [])  # fmt: skip
+    r = lint_config(
+        LintConfigRequest(bridge_overrides=overrides, model="qwen3-30b-a3b", gpu="h100", num_gpus=8)
+    )
+    found = [f for f in r.findings if f.code == "LORA_NORMALIZED_DIM_TOPK"]
+    assert bool(found) is expect
+    if expect:
+        assert (
+            found[0].severity is Severity.error
+            and "(e.g. 16)" in found[0].fix
+            and "top-8" in found[0].message
+        )
+    off = lint_config(LintConfigRequest(bridge_overrides=overrides[:-1] if not targets else overrides[:3] + overrides[4:],
+                                        model="qwen3-30b-a3b", gpu="h100", num_gpus=8))  # fmt: skip
+    assert "LORA_NORMALIZED_DIM_TOPK" not in {
+        f.code for f in off.findings
+    }  # normalize off: the full dim everywhere

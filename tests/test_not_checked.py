@@ -30,7 +30,6 @@ REACHES = [
     ("MCore transformer/transformer_config.py:2155", "qwen3-30b-a3b", f"{LM} --use-te-activation-func"),
     ("Bridge peft/module_matcher.py:136", "qwen3-30b-a3b",
      [*BRIDGE, "++peft._target_=megatron.bridge.peft.canonical_lora.CanonicalLoRA", "++peft.canonical_mapping={}"]),
-    ("Bridge peft/utils.py:694", "qwen3-30b-a3b", [*BRIDGE, "++peft.dim=32", "++peft.normalize_moe_lora=true"]),
 ]  # fmt: skip
 
 

@@ -34,8 +34,8 @@ def _on(value: Any) -> bool:
 
 def bridge_config_checks(keys: Mapping[str, Any], ctx: Context) -> list[Finding]:
     out: list[Finding] = []
-    for check in (_deterministic, _fsdp, _eval_cp, _packing, _finetuning_cp, _modelopt, _process_groups, _precision,
-                  _offload, _providers, _attention, _delayed_wgrad_graphs):  # fmt: skip
+    for check in (_deterministic, _fsdp, _eval_cp, _packing, _finetuning_cp, _lora_normalized_dim, _modelopt,
+                  _process_groups, _precision, _offload, _providers, _attention, _delayed_wgrad_graphs):  # fmt: skip
         out.extend(check(keys, ctx))
     return out
 
@@ -163,6 +163,27 @@ def _finetuning_cp(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
             f"Fine-tuning with CP={c.cp} and ddp.average_in_collective=true: Bridge asserts it is off.",
             "Set ddp.average_in_collective=false.",
             ["ddp.average_in_collective", "cp"],
+        )
+
+
+def _lora_normalized_dim(keys: Mapping[str, Any], ctx: Context) -> Iterator[Finding]:
+    """peft/utils.py:682-697 (get_effective_lora_dim): with normalize_moe_lora each routed-expert adapter gets
+    dim // moe_router_topk, and Bridge raises unless the dim divides; only expert linears (linear_fc1/2 of the
+    MoE layers, utils.py:655-680) reach it."""
+    c, m = ctx.cfg, ctx.model
+    if c.peft != "lora" or not _on(keys.get("peft.normalize_moe_lora")) or not any(m.moe_layers):
+        return
+    topk = m.moe_router_topk or 0
+    experts = {"linear_fc1", "linear_fc2"} & set(c.lora_target_modules or ())
+    if experts and topk > 0 and c.lora_dim % topk:
+        up = -(-c.lora_dim // topk) * topk
+        yield finding(
+            "LORA_NORMALIZED_DIM_TOPK",
+            f"LoRA dim {c.lora_dim} with peft.normalize_moe_lora=true on {m.name} (top-{topk} routing, "
+            f"{', '.join(sorted(experts))} targeted): Bridge raises unless the dim divides by moe_router_topk, "
+            "since each expert adapter gets dim // topk.",
+            f"Set ++peft.dim to a multiple of {topk} (e.g. {up}), or drop normalize_moe_lora.",
+            ["peft.dim", "peft.normalize_moe_lora"],
         )
 
 

@@ -39,7 +39,8 @@ BRIDGE_KEYS = frozenset({
     "model.pipeline_model_parallel_comm_backend", "model.moe_ncclep_static_shape", "model.moe_ncclep_zero_copy",
     "model.use_transformer_engine_op_fuser", "env_vars.NVTE_CUTEDSL_FUSED_GROUPED_MLP",
     "dist.eval_context_parallel_size", "dataset.enable_offline_packing",
-    "optimizer.use_precision_aware_optimizer", "comm_overlap.delay_wgrad_compute",
+    "optimizer.use_precision_aware_optimizer", "comm_overlap.delay_wgrad_compute", "ddp.average_in_collective",
+    "peft.normalize_moe_lora",
 })  # fmt: skip
 LM_FLAGS = frozenset({
     "--use-sharp", "--sharp-enabled-group", "--num-distributed-optimizer-instances", "--use-tp-pp-dp-mapping",
