@@ -54,14 +54,14 @@ def test_lint_lists_the_check_a_launch_reaches(source, model, launch):
 
 
 def test_a_value_that_makes_the_guard_false_does_not_reach_it():
-    """TransformerConfig refuses fp16 with bf16 (guard: both on): model.fp16=true reaches it, and with
-    model.bf16=false the guard is false."""
-    source = "MCore transformer/transformer_config.py:1315"
-    reached = _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true"]).not_checked
+    """TransformerConfig needs the flash backend in batch-invariant mode (guard: batch_invariant_mode on):
+    model.batch_invariant_mode=true reaches it, and false makes the guard false."""
+    source = "MCore transformer/transformer_config.py:2876"
+    reached = _lint("qwen3-30b-a3b", [*BRIDGE, "model.batch_invariant_mode=true"]).not_checked
     assert [n for n in reached if n.source == source]
     assert not [
         n
-        for n in _lint("qwen3-30b-a3b", [*BRIDGE, "model.fp16=true", "model.bf16=false"]).not_checked
+        for n in _lint("qwen3-30b-a3b", [*BRIDGE, "model.batch_invariant_mode=false"]).not_checked
         if n.source == source
     ]
 
