@@ -80,9 +80,10 @@ def test_a_device_level_at_capacity_is_listed_only_when_the_estimate_is_below_it
     row = next(r for r in ROWS if r.point.id == "card-glm-5.2-pretrain-h100-352" and r.quantity == "device")
     assert row.listing.reason == "at_capacity" and row.estimate == pytest.approx(66.5, abs=0.05)
     above = replace(row, estimate=85.0, listing=None)  # an estimate over a full card is a miss: left as it is
-    assert _at_capacity(above, row.point).listing is None
+    usable = 79.11  # H100's usable HBM (catalog)
+    assert _at_capacity(above, usable).listing is None
     short = replace(row, measured=70.0, listing=None)  # a device level below capacity is a measurement
-    assert _at_capacity(short, row.point).listing is None
+    assert _at_capacity(short, usable).listing is None
 
 
 def test_the_stated_error_is_the_p90_of_the_counted_rows():

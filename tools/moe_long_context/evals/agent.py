@@ -173,19 +173,7 @@ async def answer_with_skill(question: str, session: Session) -> tuple[str, bool]
     if facts.config_text:
         r = await _run(session, report, "lint_config", _lint_arguments(facts), "the configuration as pasted")
         if r:
-            errors = list(dict.fromkeys(f["code"] for f in r["findings"] if f["severity"] == "error"))
-            summary.append(
-                f"lint_config reports {len(errors)} errors Megatron would refuse: {', '.join(errors)}."
-                if errors
-                else "lint_config reports no error: Megatron accepts this configuration."
-                if not (_unchecked(r) or unseen_codes(r))
-                else f"lint_config reports no error on what the launch shows, but {', '.join(unseen_codes(r))} "
-                "depend on values it leaves to the recipe or environment, which upstream asserts: set them as the "
-                "warnings below say."
-                if unseen_codes(r)
-                else f"lint_config reports no error on what it checks, but {_unchecked(r)} upstream checks this "
-                "configuration reaches are not modelled (under Not checked): those points are unverified."
-            )
+            summary.append(_lint_summary(r))
         return _compose(summary, report), True
     if facts.model is None:
         return decline("it names no catalog model the tools can check"), False
@@ -355,6 +343,25 @@ def _verdict(r: dict[str, Any], what: str) -> str:
     if r.get("fits"):
         return f"{what} passes every rule and fits (peak {r.get('peak_gib')} GiB){unverified}."
     return f"{what} passes every rule the engine checks{unverified}."
+
+
+def _lint_summary(r: dict[str, Any]) -> str:
+    """The one-line verdict on a pasted configuration: refused, open (asserts left to the recipe, or upstream checks
+    not modelled), or accepted."""
+    errors = list(dict.fromkeys(f["code"] for f in r["findings"] if f["severity"] == "error"))
+    if errors:
+        return f"lint_config reports {len(errors)} errors Megatron would refuse: {', '.join(errors)}."
+    if unseen := unseen_codes(r):
+        return (
+            f"lint_config reports no error on what the launch shows, but {', '.join(unseen)} depend on values it "
+            "leaves to the recipe or environment, which upstream asserts: set them as the warnings below say."
+        )
+    if _unchecked(r):
+        return (
+            f"lint_config reports no error on what it checks, but {_unchecked(r)} upstream checks this "
+            "configuration reaches are not modelled (under Not checked): those points are unverified."
+        )
+    return "lint_config reports no error: Megatron accepts this configuration."
 
 
 def _unchecked(r: dict[str, Any]) -> int:

@@ -35,6 +35,13 @@ Reason = Literal[
 ]
 EXCLUDED: frozenset[str] = frozenset(Reason.__args__) - {"unexplained"}
 CAPACITY_MARGIN_GIB = 0.05  # a device level within this of usable HBM is the device full, not a measurement
+
+
+def device_full(device_gib: float, usable_gib: float) -> bool:
+    """Whether a measured device level is the GPU's capacity (the run filled the card) rather than its need."""
+    return device_gib >= usable_gib - CAPACITY_MARGIN_GIB
+
+
 Group = Literal["throughput", "memory"]
 
 

@@ -17,7 +17,7 @@ from ...errors import InputError
 from ...memory.rank_memory import memory_model
 from ...memory.terms import GIB
 from ...tools.estimate_throughput import estimate_throughput_config
-from .corpus import CAPACITY_MARGIN_GIB, EXCLUDED, Corpus, Listing, Point, load_corpus
+from .corpus import EXCLUDED, Corpus, Listing, Point, device_full, load_corpus
 
 BANDS = {"throughput": (0.85, 1.15), "memory": (0.90, 1.10)}
 GROUP = {"tokens_per_s": "throughput", "tflops": "throughput", "allocated": "memory", "reserved": "memory",
@@ -126,21 +126,21 @@ def _memory_rows(corpus: Corpus, point: Point) -> list[Row]:
     wanted = {k: v for k, v in wanted.items() if v is not None}
     if not wanted:
         return []
-    model = memory_model(build_context(point.training_config()))
+    ctx = build_context(point.training_config())
+    model = memory_model(ctx)
     if model is None:
         raise InputError.plain(f"calibration point {point.id}: no memory estimate (layout or split errors)")
     peak = model.peak_rank
     levels = {"allocated": peak.allocated, "reserved": peak.reserved, "device": peak.total}
     listing = _listing(corpus, point, "memory")
-    rows = [Row(point, q, v, levels[q] / GIB, listing) for q, v in wanted.items()]
-    return [_at_capacity(r, point) for r in rows]
+    usable = ctx.gpu.usable_hbm_gib
+    return [_at_capacity(Row(point, q, v, levels[q] / GIB, listing), usable) for q, v in wanted.items()]
 
 
-def _at_capacity(row: Row, point: Point) -> Row:
+def _at_capacity(row: Row, usable: float) -> Row:
     """A device level at the GPU's capacity says the run filled the card, not what it needed: an estimate below
     it agrees with it, and the row is listed as such (one above it is a miss and stays as it is)."""
-    usable = build_context(point.training_config()).gpu.usable_hbm_gib
-    full = row.quantity == "device" and row.measured >= usable - CAPACITY_MARGIN_GIB
+    full = row.quantity == "device" and device_full(row.measured, usable)
     if not full or row.estimate is None or row.estimate > row.measured:
         return row
     why = (

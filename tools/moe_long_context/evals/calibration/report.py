@@ -24,7 +24,7 @@ import yaml
 
 from ...memory.overhead import dispatcher_key
 from ...model.catalog import gpus
-from .corpus import CAPACITY_MARGIN_GIB, Corpus, Point, load_corpus, typical_runs
+from .corpus import Corpus, Point, device_full, load_corpus, typical_runs
 from .evaluate import BANDS, UNITS, Row
 
 PERCENTILE = 0.90
@@ -105,7 +105,7 @@ def overhead(corpus: Corpus) -> dict:
             if reserved:
                 partner = next(q.id for q in paired if q.measured.peak_reserved_gib)
                 device = m.peak_device_mib / 1024
-                if device >= usable[p.config["gpu"]] - CAPACITY_MARGIN_GIB:
+                if device_full(device, usable[p.config["gpu"]]):
                     censored.append(f"{p.id} with {partner} ({device:.2f} GiB: the device was full)")
                     continue
                 outside.append((device - reserved, f"{p.id} with {partner}"))
